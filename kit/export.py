@@ -1,0 +1,49 @@
+"""Export a torch model to ONNX the way the drift study does.
+
+Eval mode, the TorchScript exporter (``dynamo=False``), a fixed opset, one input
+``input`` (NCHW float32) with a dynamic batch axis and one output ``logits``. In eval
+mode the exporter folds every BatchNormalization into the preceding convolution, so the
+graph holds Conv (with bias) and no BatchNormalization; ``export_onnx`` checks that.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kit.errors import KitError
+
+if TYPE_CHECKING:
+    import torch
+
+OPSET = 17
+
+
+def export_onnx(model: torch.nn.Module, path: Path, input_shape: tuple[int, ...]) -> Path:
+    """Write ``model`` to ``path`` as ONNX (BN folded); returns the path."""
+    import onnx
+    import torch
+
+    model = model.eval()
+    example = torch.zeros((1, *input_shape[1:]), dtype=torch.float32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with warnings.catch_warnings():
+        # The TorchScript exporter announces its deprecation on every call.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        torch.onnx.export(model, (example,), str(tmp), dynamo=False, opset_version=OPSET,
+                          input_names=["input"], output_names=["logits"],
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+                          do_constant_folding=True)
+    graph = onnx.load(str(tmp))
+    onnx.checker.check_model(graph)
+    kept = [node.op_type for node in graph.graph.node if node.op_type == "BatchNormalization"]
+    if kept:
+        tmp.unlink()
+        raise KitError(f"{path}: export kept {len(kept)} BatchNormalization node(s); "
+                       "the drift study exports with BN folded into the convolutions")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,53 @@
+"""nox sessions of the kit. Each is a thin call into one ``kit`` function or tool.
+
+All sessions share one tools environment (``.venv``, built from ``locks/tools.lock``
+with ``--require-hashes``; it holds torch, so it is built once, not per session), so nox
+itself creates no environments (``venv_backend="none"``). Any nox on any Python 3.11+
+can drive them: the first session builds ``.venv`` when it is missing or stale.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+from kit.venvs import ensure_tools  # noqa: E402  (the kit must be importable first)
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["tests"]
+nox.options.error_on_external_run = False
+
+
+def _python() -> str:
+    return str(ensure_tools())
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The default test run (docker tests run when a daemon answers or KIT_REQUIRE_DOCKER=1)."""
+    session.run(_python(), "-m", "pytest", *session.posargs, external=True)
+
+
+@nox.session
+def images(session: nox.Session) -> None:
+    """Build Dockerfile.ref and Dockerfile.cand from host-downloaded wheelhouses."""
+    session.run(_python(), "-m", "kit", "images", *session.posargs, external=True)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy over the kit and its tests."""
+    python = _python()
+    session.run(python, "-m", "ruff", "check", "kit", "tests", "noxfile.py", external=True)
+    session.run(python, "-m", "mypy", "kit", external=True)
+
+
+@nox.session
+def lock(session: nox.Session) -> None:
+    """Regenerate locks/*.lock from locks/*.in (pip-tools, hashes for every wheel)."""
+    session.run("bash", str(ROOT / "tools" / "lock.sh"), external=True,
+                env={"PATH": f"{Path(_python()).parent}:{session.env.get('PATH', '')}"})
