@@ -92,10 +92,10 @@ def ensure_venv(path: Path, lock: Path, editable: Path | None = None,
     _run([python, "-m", "venv", str(path)], f"creating {path}")
     pip = [str(venv_python(path)), "-m", "pip", "install", "--quiet",
            "--disable-pip-version-check", "--no-input"]
-    _run(pip + ["--require-hashes", "--no-deps", "--only-binary", ":all:", "-r", str(lock)],
+    _run([*pip, "--require-hashes", "--no-deps", "--only-binary", ":all:", "-r", str(lock)],
          f"installing {lock} into {path}")
     if editable is not None:
-        _run(pip + ["--no-deps", "--no-build-isolation", "-e", str(editable)],
+        _run([*pip, "--no-deps", "--no-build-isolation", "-e", str(editable)],
              f"installing {editable} (editable) into {path}")
     (path / STAMP).write_text(_stamp_value(lock, editable))
     return venv_python(path)

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+Array = np.ndarray[Any, Any]  # any dtype, any shape
+
 GRAPH_LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_all")
 JOB_KEYS = {
     "id", "model", "inputs", "output", "graph_optimization",
@@ -72,15 +74,15 @@ def canonical_json(obj: Any) -> bytes:
     return (json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=True) + "\n").encode()
 
 
-def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+def npz_bytes(arrays: dict[str, Array]) -> bytes:
     """An .npz archive whose bytes depend only on the arrays (sorted names, fixed
     timestamps, stored uncompressed so no zlib version enters the bytes)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
         for name in sorted(arrays):
             payload = io.BytesIO()
-            np.lib.format.write_array(payload, np.ascontiguousarray(arrays[name]),
-                                      allow_pickle=False)
+            np.lib.format.write_array(  # type: ignore[no-untyped-call]
+                payload, np.ascontiguousarray(arrays[name]), allow_pickle=False)
             info = zipfile.ZipInfo(name + ".npy", date_time=ZIP_EPOCH)
             info.external_attr = 0o644 << 16
             archive.writestr(info, payload.getvalue())
@@ -103,12 +105,12 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+def write_npz(path: Path, arrays: dict[str, Array]) -> None:
     """Deterministic, atomic .npz writer shared by the worker and the orchestrator."""
     write_atomic(path, npz_bytes(arrays))
 
 
-def read_npz(path: Path, shown: str | None = None) -> dict[str, np.ndarray]:
+def read_npz(path: Path, shown: str | None = None) -> dict[str, Array]:
     """Load every array of an .npz (no pickles); a damaged file raises JobError."""
     shown = shown or str(path)
     if not path.is_file():
@@ -176,7 +178,7 @@ def _session(model: Path, shown: str, job: dict[str, Any]) -> Any:
         raise JobError(shown, f"onnxruntime cannot load the model ({exc})") from exc
 
 
-def _check_inputs(session: Any, arrays: dict[str, np.ndarray], shown: str) -> int:
+def _check_inputs(session: Any, arrays: dict[str, Array], shown: str) -> int:
     """Names, dtypes and static dims must match the graph; returns the batch size N."""
     wanted = {meta.name: meta for meta in session.get_inputs()}
     missing = sorted(set(wanted) - set(arrays))
@@ -192,7 +194,8 @@ def _check_inputs(session: Any, arrays: dict[str, np.ndarray], shown: str) -> in
         if dtype is None:
             raise JobError(shown, f"input {name!r} has unsupported type {meta.type}")
         if array.dtype != dtype:
-            raise JobError(shown, f"input {name!r} has dtype {array.dtype}, the graph wants {dtype}")
+            raise JobError(shown, f"input {name!r} has dtype {array.dtype}, "
+                                  f"the graph wants {dtype}")
         if array.ndim != len(meta.shape):
             raise JobError(shown, f"input {name!r} has shape {array.shape}, "
                                   f"the graph wants {meta.shape}")
@@ -205,17 +208,17 @@ def _check_inputs(session: Any, arrays: dict[str, np.ndarray], shown: str) -> in
         sizes.add(array.shape[0])
     if len(sizes) != 1:
         raise JobError(shown, f"inputs disagree on the batch size: {sorted(sizes)}")
-    return sizes.pop()
+    return int(sizes.pop())
 
 
 # ---------------------------------------------------------------- execution
-def _run_batched(session: Any, arrays: dict[str, np.ndarray], n: int,
-                 batch: int, shown: str) -> dict[str, np.ndarray]:
+def _run_batched(session: Any, arrays: dict[str, Array], n: int,
+                 batch: int, shown: str) -> dict[str, Array]:
     names = [meta.name for meta in session.get_outputs()]
-    chunks: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    chunks: dict[str, list[Array]] = {name: [] for name in names}
     for start in range(0, n, batch):
         feed = {key: value[start:start + batch] for key, value in arrays.items()}
-        for name, value in zip(names, session.run(names, feed)):
+        for name, value in zip(names, session.run(names, feed), strict=True):
             if value.ndim == 0 or value.shape[0] != min(batch, n - start):
                 raise JobError(shown, f"graph output {name!r} has no batch axis "
                                       f"(shape {value.shape}); it cannot be batched")
@@ -254,7 +257,7 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
 
     sessions: dict[tuple[Any, ...], Any] = {}
     prepared = []
-    for job, output in zip(jobs, outputs):
+    for job, output in zip(jobs, outputs, strict=True):
         model = _inside(in_root, job["model"], "model")
         inputs = _inside(in_root, job["inputs"], "inputs")
         key = (model, job["graph_optimization"], job["intra_op_threads"],
