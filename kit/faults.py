@@ -61,7 +61,7 @@ def conv_layers(model: onnx.ModelProto) -> list[ConvLayer]:
     """Every Conv whose weight is an initializer, in graph (execution) order."""
     initializers = {init.name for init in model.graph.initializer}
     layers = [node for node in model.graph.node if node.op_type == "Conv"]
-    found = []
+    found: list[ConvLayer] = []
     for node in layers:
         if node.input[1] not in initializers:
             raise KitError(f"Conv {node.name!r}: weight {node.input[1]!r} is not an initializer")
