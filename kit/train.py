@@ -101,7 +101,7 @@ def _fit(recipe: Recipe, images: Array, labels: Array, num_classes: int,
             optimiser.zero_grad()
             loss = torch.nn.functional.cross_entropy(
                 model(x_all[rows]), target[torch.from_numpy(order[rows])])
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             optimiser.step()
             schedule.step()
     return model.eval()
