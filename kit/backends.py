@@ -14,12 +14,13 @@ worker may only read; it writes into ``out_root`` alone.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,12 @@ WORKER = Path(__file__).with_name("worker.py")
 BACKENDS = ("docker", "venv")
 CONTAINER_UID = 10001  # the image's unprivileged user, used when the host user is root
 LABEL_LOCK = "org.kit.lock-sha256"
+LABEL_WORKER = "org.kit.worker-sha256"
+
+
+def worker_sha256() -> str:
+    """sha256 of ``kit/worker.py``: an image must carry the very worker of this checkout."""
+    return hashlib.sha256(WORKER.read_bytes()).hexdigest()
 
 
 def docker_available(timeout: float = 10.0) -> bool:
@@ -75,6 +82,9 @@ def check_image(runtime: Runtime) -> None:
     if labels.get(LABEL_LOCK) != runtime.lock_sha256():
         raise ImageError(f"image {runtime.image} was built from a different {runtime.lock.name} "
                          f"(label {labels.get(LABEL_LOCK)}); rebuild it with `nox -s images`")
+    if labels.get(LABEL_WORKER) != worker_sha256():
+        raise ImageError(f"image {runtime.image} holds another kit/worker.py than this checkout "
+                         f"(label {labels.get(LABEL_WORKER)}); rebuild it with `nox -s images`")
 
 
 def _docker_command(runtime: Runtime, jobs_dir: Path, in_root: Path,
@@ -98,8 +108,24 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
     os.chown(root, uid, gid)
 
 
+def _stream(cmd: list[str], env: dict[str, str] | None,
+            progress: Callable[[str], None] | None) -> tuple[int, str]:
+    """Run ``cmd``; hand each ``worker: progress`` line to ``progress`` as it comes and
+    return (exit code, everything the process said on stderr)."""
+    said = []
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, env=env) as proc:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            if progress is not None and line.startswith("worker: progress"):
+                progress(line.rstrip())
+    return proc.returncode, "".join(said)
+
+
 def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
-             out_root: Path, backend: str | None = None) -> list[Path]:
+             out_root: Path, backend: str | None = None,
+             progress: Callable[[str], None] | None = None) -> list[Path]:
     """Run every job under ``runtime`` in one worker process; returns the output paths.
 
     Jobs carry model/inputs paths relative to ``in_root`` and output paths relative to
@@ -121,7 +147,7 @@ def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
             if root_host:
                 _chown_tree(out_root, CONTAINER_UID, CONTAINER_UID)
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True)
+                code, stderr = _stream(cmd, None, progress)
             finally:
                 if root_host:
                     _chown_tree(out_root, 0, 0)
@@ -129,12 +155,12 @@ def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
             python = ensure_runtime(runtime.name)
             cmd = [str(python), "-I", str(WORKER), "--jobs", str(jobs_dir / "jobs.json"),
                    "--in-root", str(in_root), "--out-root", str(out_root)]
-            proc = subprocess.run(cmd, capture_output=True, text=True,
-                                  env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"})
-    if proc.returncode != 0:
-        said = proc.stderr.strip().splitlines()
+            env = {"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"}
+            code, stderr = _stream(cmd, env, progress)
+    if code != 0:
+        said = stderr.strip().splitlines()
         reason = next((ln.removeprefix("worker: error: ") for ln in reversed(said)
                        if ln.startswith("worker: error: ")), "\n".join(said[-15:]))
         raise WorkerFailed(f"{runtime.name} worker ({chosen}) under {in_root}: {reason}",
-                           proc.stderr)
+                           stderr)
     return [out_root / job["output"] for job in full]

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kit.backends import worker_sha256
 from kit.errors import ImageError
 from kit.runtimes import ROOT, Runtime, load_runtimes
 from kit.worker import canonical_json, write_atomic
@@ -84,13 +85,15 @@ def build_image(runtime: Runtime, base: str) -> dict[str, Any]:
           "-f", str(runtime.dockerfile), "-t", runtime.image,
           "--build-arg", f"BASE={base}", "--build-arg", f"RUNTIME={runtime.name}",
           "--build-arg", f"ORT_VERSION={runtime.onnxruntime}",
-          "--build-arg", f"LOCK_SHA256={lock_sha}", str(ROOT)],
+          "--build-arg", f"LOCK_SHA256={lock_sha}",
+          "--build-arg", f"WORKER_SHA256={worker_sha256()}", str(ROOT)],
          f"building {runtime.image} from {runtime.dockerfile.name}", timeout=900)
     inspect = json.loads(_run(["docker", "image", "inspect", runtime.image], "inspect"))[0]
     labels = inspect["Config"]["Labels"] or {}
-    if labels.get("org.kit.lock-sha256") != lock_sha:
-        raise ImageError(f"{runtime.image}: label org.kit.lock-sha256 is "
-                         f"{labels.get('org.kit.lock-sha256')}, expected {lock_sha}")
+    if labels.get("org.kit.lock-sha256") != lock_sha or \
+            labels.get("org.kit.worker-sha256") != worker_sha256():
+        raise ImageError(f"{runtime.image}: labels {labels} do not carry lock {lock_sha} and "
+                         f"worker {worker_sha256()}")
     return {"image": runtime.image, "id": inspect["Id"], "labels": labels,
             "dockerfile": runtime.dockerfile.name, "lock": runtime.lock.name,
             "lock_sha256": lock_sha, "onnxruntime": runtime.onnxruntime}

@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -268,7 +269,8 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
         n = _check_inputs(sessions[key], arrays, job["inputs"])
         prepared.append((job, model, inputs, output, sessions[key], arrays, n))
 
-    for job, model, inputs, output, session, arrays, n in prepared:
+    started = time.monotonic()
+    for done, (job, model, inputs, output, session, arrays, n) in enumerate(prepared, 1):
         results = _run_batched(session, arrays, n, job["batch_size"], job["model"])
         data = npz_bytes(results)
         record = {
@@ -281,6 +283,10 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
         }
         write_atomic(output, data)
         write_atomic(meta_path(output), canonical_json(record))
+        elapsed = time.monotonic() - started
+        rate = done / elapsed if elapsed > 0 else float("inf")
+        print(f"worker: progress {done}/{len(prepared)} jobs, {rate:.2f} jobs/s, "
+              f"eta {(len(prepared) - done) / rate:.0f} s", file=sys.stderr, flush=True)
     return outputs
 
 

@@ -82,6 +82,14 @@ def test_an_image_built_from_another_lock_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 @pytest.mark.usefixtures("docker_ready")
+def test_an_image_with_another_worker_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backends, "worker_sha256", lambda: "0" * 64)
+    with pytest.raises(ImageError, match=r"holds another kit/worker\.py"):
+        backends.check_image(get_runtime("cand"))
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_ready")
 @pytest.mark.parametrize("runtime", ["ref", "cand"])
 def test_image_holds_exactly_its_lock(runtime: str) -> None:
     rt = load_runtimes()[runtime]
@@ -96,6 +104,7 @@ def test_image_holds_exactly_its_lock(runtime: str) -> None:
     labels = backends.image_labels(rt.image)
     assert labels["org.kit.onnxruntime"] == rt.onnxruntime
     assert labels["org.kit.lock-sha256"] == hashlib.sha256(rt.lock.read_bytes()).hexdigest()
+    assert labels["org.kit.worker-sha256"] == backends.worker_sha256()
 
 
 def _bootstrap_pins(pip_list_json: str) -> set[str]:
