@@ -38,6 +38,41 @@ def images(session: nox.Session) -> None:
     session.run(_python(), "-m", "kit", "images", *session.posargs, external=True)
 
 
+def _stage(session: nox.Session, *names: str) -> None:
+    for name in names:
+        session.run(_python(), "-m", "kit", "stage", name, *session.posargs, external=True)
+
+
+@nox.session
+def fetch(session: nox.Session) -> None:
+    """Drift stage fetch: digits (default, trains the 3 models) or -- --substrate cifar100."""
+    _stage(session, "fetch")
+
+
+@nox.session
+def split(session: nox.Session) -> None:
+    """Drift stage split: the 600-image sample and every image condition."""
+    _stage(session, "split")
+
+
+@nox.session
+def fault(session: nox.Session) -> None:
+    """Drift stage fault: severities from calibration, the 54 faulty models."""
+    _stage(session, "fault")
+
+
+@nox.session
+def infer(session: nox.Session) -> None:
+    """Drift stage infer: every model, runtime cell and image condition (resumable)."""
+    _stage(session, "infer")
+
+
+@nox.session
+def reproduce(session: nox.Session) -> None:
+    """The drift stages built so far, in order (-- --substrate cifar100 --assets DIR)."""
+    session.run(_python(), "-m", "kit", "reproduce", *session.posargs, external=True)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff and mypy over the kit and its tests."""

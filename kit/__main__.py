@@ -1,7 +1,9 @@
 """Command line: ``python -m kit COMMAND``.
 
-    run      one exchange: a model and an input .npz under one runtime -> an output .npz
-    images   build the two runtime images and write manifests/images.json
+    run        one exchange: a model and an input .npz under one runtime -> an output .npz
+    images     build the two runtime images and write manifests/images.json
+    stage      one drift stage (fetch, split, fault, infer) into a run folder
+    reproduce  the drift stages in order, then the run manifest check
 """
 
 from __future__ import annotations
@@ -29,6 +31,17 @@ def _parser() -> argparse.ArgumentParser:
                                        "else a debootstrap base)")
     images.add_argument("--runtime", action="append", choices=["ref", "cand"],
                         help="build only this runtime (repeatable)")
+    for command, help_text in (("stage", "run one drift stage"),
+                               ("reproduce", "run the drift stages in order")):
+        stage = sub.add_parser(command, help=help_text)
+        if command == "stage":
+            stage.add_argument("name", choices=["fetch", "split", "fault", "infer"])
+        stage.add_argument("--substrate", choices=["digits", "cifar100"],
+                           help="default: the protocol's (digits)")
+        stage.add_argument("--run", type=Path, help="run folder (default runs/<substrate>)")
+        stage.add_argument("--assets", type=Path, help="mirror folder of the pinned assets")
+        stage.add_argument("--backend", choices=["docker", "venv"])
+        stage.add_argument("--protocol", type=Path, help="protocol YAML (default: the frozen one)")
     return parser
 
 
@@ -45,6 +58,16 @@ def main(argv: list[str] | None = None) -> int:
             from kit.images import build_images
 
             build_images(args.base, args.runtime)
+        elif args.command in ("stage", "reproduce"):
+            from kit.protocol import PROTOCOL
+            from kit.stages.pipeline import reproduce, run_stage
+
+            options = {"substrate": args.substrate, "run_dir": args.run, "assets": args.assets,
+                       "backend": args.backend, "protocol_file": args.protocol or PROTOCOL}
+            if args.command == "stage":
+                run_stage(args.name, **options)
+            else:
+                print(reproduce(**options))
     except KitError as exc:
         print(f"kit: error: {exc}", file=sys.stderr)
         return 2

@@ -256,21 +256,31 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
     if len(set(outputs)) != len(outputs):
         raise JobError(str(jobs_file), "two jobs write the same output")
 
-    sessions: dict[tuple[Any, ...], Any] = {}
+    # One session is kept at a time (a stage has hundreds of models; jobs come grouped by
+    # model), and each distinct input file is read once.
+    current: dict[tuple[Any, ...], Any] = {}
+    loaded: dict[Path, dict[str, Array]] = {}
+
+    def session_for(model: Path, job: dict[str, Any]) -> Any:
+        key = (model, job["graph_optimization"], job["intra_op_threads"],
+               job["inter_op_threads"])
+        if key not in current:
+            current.clear()
+            current[key] = _session(model, job["model"], job)
+        return current[key]
+
     prepared = []
     for job, output in zip(jobs, outputs, strict=True):
         model = _inside(in_root, job["model"], "model")
         inputs = _inside(in_root, job["inputs"], "inputs")
-        key = (model, job["graph_optimization"], job["intra_op_threads"],
-               job["inter_op_threads"])
-        if key not in sessions:
-            sessions[key] = _session(model, job["model"], job)
-        arrays = read_npz(inputs, job["inputs"])
-        n = _check_inputs(sessions[key], arrays, job["inputs"])
-        prepared.append((job, model, inputs, output, sessions[key], arrays, n))
+        if inputs not in loaded:
+            loaded[inputs] = read_npz(inputs, job["inputs"])
+        n = _check_inputs(session_for(model, job), loaded[inputs], job["inputs"])
+        prepared.append((job, model, inputs, output, n))
 
     started = time.monotonic()
-    for done, (job, model, inputs, output, session, arrays, n) in enumerate(prepared, 1):
+    for done, (job, model, inputs, output, n) in enumerate(prepared, 1):
+        session, arrays = session_for(model, job), loaded[inputs]
         results = _run_batched(session, arrays, n, job["batch_size"], job["model"])
         data = npz_bytes(results)
         record = {

@@ -1,0 +1,110 @@
+"""The run folder of the drift study: where each stage reads and writes, the run
+manifest (sha256 of every file), and progress lines for long stages.
+
+    <run>/fetch/   dataset.npz, models/<m>.onnx, models/<m>.sketch.onnx, fetch.json
+    <run>/split/   sample.json, images/<cond>.npz, inputs/<cond>.npz, split.json
+    <run>/fault/   models/<m>/<fault>.onnx, faults.json, severity.json
+    <run>/infer/   <cell>/<m>/<variant>/<graph>-<cond>.npz (+ .meta.json), infer.json
+    <run>/manifest.json
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kit.errors import KitError
+from kit.runtimes import ROOT
+from kit.worker import canonical_json, write_atomic
+
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run folder for one substrate."""
+
+    root: Path
+
+    def stage(self, name: str) -> Path:
+        return self.root / name
+
+    def record(self, stage: str) -> dict[str, Any]:
+        """A finished stage's record (``<stage>/<stage>.json``); KitError when absent."""
+        path = self.root / stage / f"{stage}.json"
+        if not path.is_file():
+            raise KitError(f"{path}: stage {stage!r} has not run in {self.root}; run it first "
+                           f"(nox -s {stage})")
+        return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+    def write_record(self, stage: str, record: dict[str, Any]) -> Path:
+        """Write a stage record, then refresh the run manifest."""
+        path = self.root / stage / f"{stage}.json"
+        write_atomic(path, canonical_json(record))
+        write_manifest(self.root)
+        return path
+
+
+def default_run(substrate: str) -> Run:
+    """``<repo>/runs/<substrate>``."""
+    return Run(ROOT / "runs" / substrate)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(root: Path) -> Path:
+    """sha256 of every file under ``root`` (sorted relative paths), but the manifest."""
+    files = {path.relative_to(root).as_posix(): file_sha256(path)
+             for path in sorted(root.rglob("*"))
+             if path.is_file() and path.name != MANIFEST and not path.name.endswith(".tmp")}
+    target = root / MANIFEST
+    write_atomic(target, canonical_json({"files": files}))
+    return target
+
+
+def check_manifest(root: Path) -> list[str]:
+    """Problems between the run folder and its manifest (empty when they agree)."""
+    path = root / MANIFEST
+    if not path.is_file():
+        return [f"{path}: no run manifest"]
+    listed = json.loads(path.read_text())["files"]
+    present = {p.relative_to(root).as_posix() for p in root.rglob("*")
+               if p.is_file() and p.name != MANIFEST and not p.name.endswith(".tmp")}
+    problems = [f"{root / name}: listed but missing" for name in sorted(set(listed) - present)]
+    problems += [f"{root / name}: present but not listed" for name in sorted(present - set(listed))]
+    problems += [f"{root / name}: sha256 differs from the manifest"
+                 for name in sorted(set(listed) & present)
+                 if file_sha256(root / name) != listed[name]]
+    return problems
+
+
+class Progress:
+    """Count, rate and ETA on stderr for a stage with a known number of steps."""
+
+    def __init__(self, what: str, total: int) -> None:
+        self.what, self.total, self.done = what, total, 0
+        self.start = time.monotonic()
+
+    def step(self, note: str = "") -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.start
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.done) / rate if rate > 0 else 0.0
+        print(f"{self.what}: {self.done}/{self.total} ({rate:.2f}/s, eta {eta:.0f} s) {note}",
+              file=sys.stderr, flush=True)
+
+
+def say(line: str) -> None:
+    """A progress line for a person watching a stage."""
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,105 @@
+"""Stage fetch: the substrate's images and the three models, exported to ONNX.
+
+- ``digits`` (offline default): scikit-learn's digits brought to 32x32x3 (kit/digits.py);
+  the three architectures trained deterministically on the images outside the 600-image
+  sample (kit/train.py, cached by content hash); normalisation from that training pool.
+- ``cifar100``: the pinned archive and checkpoints, from the network or ``--assets DIR``,
+  each hash-checked before use; the test split decoded by the restricted unpickler; the
+  state_dicts loaded strictly into the kit's own architectures.
+
+Each model is exported twice: the plain graph (logits) and an instrumented copy with one
+activation sketch per convolution (kit/instrument.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kit.assets import CHECKPOINTS, CIFAR100
+from kit.assets import fetch as fetch_asset
+from kit.errors import KitError
+from kit.export import export_onnx
+from kit.instrument import instrument
+from kit.models import load_checkpoint
+from kit.stages.common import Progress, Run, file_sha256
+from kit.venvs import cache_dir
+from kit.worker import write_npz
+
+SUBSTRATES = ("digits", "cifar100")
+# images, labels, normalisation mean, std, and per model (weights file, its provenance)
+Loaded = tuple[Any, Any, list[float], list[float], dict[str, tuple[Path, dict[str, Any]]]]
+
+
+def _digits(protocol: dict[str, Any]) -> Loaded:
+    from kit.digits import load_digits_rgb32
+    from kit.split import round_robin_sample, training_pool
+    from kit.train import Recipe, channel_stats, train_cached
+
+    images, labels = load_digits_rgb32()
+    sample = round_robin_sample(labels, protocol["sample"]["size"], protocol["seeds"]["sample"])
+    pool = training_pool(len(labels), sample)
+    mean, std = channel_stats(images[pool])
+    training = protocol["training"]
+    knobs = {k: training[k] for k in ("batch_size", "max_lr", "momentum", "weight_decay",
+                                      "rotate_degrees", "shift_pixels", "threads")}
+    weights = {}
+    progress = Progress("fetch: training", len(protocol["models"]))
+    for name in protocol["models"]:
+        recipe = Recipe(name, epochs=training["epochs"][name], seed=protocol["seeds"]["training"],
+                        **knobs)
+        path, record, cached = train_cached(recipe, images[pool], labels[pool], 10,
+                                            cache_dir() / "digits-models")
+        record = {**record, "cached": cached, "weights": "trained by the kit"}
+        weights[name] = (path, record)
+        progress.step(f"{name} ({'cached' if cached else 'trained'})")
+    return images, labels, mean, std, weights
+
+
+def _cifar100(protocol: dict[str, Any], run: Run, assets: Path | None) -> Loaded:
+    from kit.cifar import load_cifar100_test
+
+    store = cache_dir() / "assets"
+    archive, archive_sha = fetch_asset(CIFAR100, store, assets)
+    images, labels, _ = load_cifar100_test(archive, run.stage("fetch") / "extracted")
+    mean, std = (list(v) for v in protocol["substrates"]["cifar100"]["normalisation"])
+    weights = {}
+    for name in protocol["models"]:
+        path, sha = fetch_asset(CHECKPOINTS[name], store, assets)
+        weights[name] = (path, {"weights": "chenyaofo checkpoint", "sha256": sha,
+                                "pin": f"sha256 prefix {CHECKPOINTS[name].sha256_prefix} "
+                                       "(trust on first use for the rest)",
+                                "archive_sha256": archive_sha})
+    return images, labels, mean, std, weights
+
+
+def run_fetch(protocol: dict[str, Any], run: Run, substrate: str,
+              assets: Path | None = None) -> dict[str, Any]:
+    """Fetch or train, then export every model; returns the stage record."""
+    if substrate not in SUBSTRATES:
+        raise KitError(f"unknown substrate {substrate!r}; choose from {SUBSTRATES}")
+    if substrate == "digits":
+        images, labels, mean, std, weights = _digits(protocol)
+    else:
+        images, labels, mean, std, weights = _cifar100(protocol, run, assets)
+    classes = protocol["substrates"][substrate]["classes"]
+    out = run.stage("fetch")
+    write_npz(out / "dataset.npz", {"images": np.asarray(images, np.uint8),
+                                    "labels": np.asarray(labels, np.int64)})
+    models: dict[str, Any] = {}
+    for name in protocol["models"]:
+        path, record = weights[name]
+        model = load_checkpoint(name, path, classes)
+        plain = export_onnx(model, out / "models" / f"{name}.onnx", (1, 3, 32, 32))
+        sketches = instrument(plain, out / "models" / f"{name}.sketch.onnx",
+                              protocol["instrumentation"]["max_values"])
+        models[name] = {"onnx": plain.relative_to(run.root).as_posix(),
+                        "sketch_onnx": f"fetch/models/{name}.sketch.onnx",
+                        "onnx_sha256": file_sha256(plain), "sketch_outputs": len(sketches),
+                        "weights_sha256": file_sha256(path), "source": record}
+    result = {"substrate": substrate, "classes": classes, "mean": mean, "std": std,
+              "images": len(images), "models": models}
+    run.write_record("fetch", result)
+    return result

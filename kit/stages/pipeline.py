@@ -1,0 +1,56 @@
+"""The drift stages in order, and one call per stage for nox and the command line."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kit.errors import KitError
+from kit.protocol import PROTOCOL, load_protocol
+from kit.stages.common import Run, check_manifest, default_run, say
+from kit.stages.fault import run_fault
+from kit.stages.fetch import run_fetch
+from kit.stages.infer import run_infer
+from kit.stages.split import run_split
+
+STAGES = ("fetch", "split", "fault", "infer")
+
+
+def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None = None,
+              assets: Path | None = None, backend: str | None = None,
+              protocol_file: Path = PROTOCOL) -> dict[str, Any]:
+    """Run one stage; returns its record."""
+    protocol = load_protocol(protocol_file)
+    chosen = substrate or protocol["substrate_default"]
+    run = Run(run_dir) if run_dir else default_run(chosen)
+    run.root.mkdir(parents=True, exist_ok=True)
+    steps: dict[str, Callable[[], dict[str, Any]]] = {
+        "fetch": lambda: run_fetch(protocol, run, chosen, assets),
+        "split": lambda: run_split(protocol, run),
+        "fault": lambda: run_fault(protocol, run, backend),
+        "infer": lambda: run_infer(protocol, run, backend),
+    }
+    if name not in steps:
+        raise KitError(f"unknown stage {name!r}; stages: {STAGES}")
+    if name != "fetch" and run.record("fetch")["substrate"] != chosen:
+        raise KitError(f"{run.root}: fetched for substrate {run.record('fetch')['substrate']!r}, "
+                       f"not {chosen!r}; use another --run folder")
+    start = time.monotonic()
+    record = steps[name]()
+    say(f"{name}: done in {time.monotonic() - start:.1f} s ({run.root})")
+    return record
+
+
+def reproduce(stages: tuple[str, ...] = STAGES, **options: Any) -> Path:
+    """Every stage in order; returns the run folder after checking its manifest."""
+    for name in stages:
+        run_stage(name, **options)
+    protocol = load_protocol(options.get("protocol_file", PROTOCOL))
+    run_dir = options.get("run_dir") or default_run(
+        options.get("substrate") or protocol["substrate_default"]).root
+    problems = check_manifest(Path(run_dir))
+    if problems:
+        raise KitError("run manifest does not check out:\n" + "\n".join(problems[:20]))
+    return Path(run_dir)

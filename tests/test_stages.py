@@ -1,0 +1,148 @@
+"""The drift stages end to end on a tiny real configuration, through the real runtimes:
+digits, ResNet-20 trained for one epoch, a 20-image sample, short severity grids."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from kit.errors import KitError
+from kit.protocol import PROTOCOL
+from kit.stages.common import Run, check_manifest
+from kit.stages.fault import choose
+from kit.stages.infer import is_done, plan
+from kit.stages.pipeline import reproduce, run_stage
+from kit.worker import read_npz
+
+
+def tiny_protocol(tmp: Path) -> Path:
+    protocol: dict[str, Any] = yaml.safe_load(PROTOCOL.read_text())
+    protocol["models"] = ["resnet20"]
+    protocol["sample"].update(size=20, calibration=10, heldout=10,
+                              reduced={"calibration": 5, "heldout": 5})
+    protocol["training"]["epochs"] = {"resnet20": 1}
+    protocol["faults"]["severity_grids"] = {"scale": [1e-7, 1e-5, 1e-3],
+                                            "noise": [1e-7, 1e-5, 1e-3], "quantise": [22, 12, 6]}
+    protocol["faults"]["severity_rule"]["high_step"] = 1
+    path = tmp / "tiny.yaml"
+    path.write_text(yaml.safe_dump(protocol))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
+    tmp = tmp_path_factory.mktemp("stages")
+    protocol = tiny_protocol(tmp)
+    root = reproduce(run_dir=tmp / "run", protocol_file=protocol, backend="venv")
+    return Run(root), protocol
+
+
+def digests(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_fetch_exports_plain_and_sketch_graphs(tiny_run: tuple[Run, Path]) -> None:
+    run, _ = tiny_run
+    fetched = run.record("fetch")
+    assert fetched["substrate"] == "digits"
+    assert fetched["images"] == 1797
+    entry = fetched["models"]["resnet20"]
+    assert entry["sketch_outputs"] == 21
+    assert (run.root / entry["onnx"]).is_file()
+
+
+def test_split_is_balanced_disjoint_and_has_every_condition(tiny_run: tuple[Run, Path]) -> None:
+    run, _ = tiny_run
+    split = run.record("split")
+    assert split["counts"] == {"calibration": 10, "heldout": 10}
+    roles = {r["role"]: set() for r in split["rows"]}
+    for row in split["rows"]:
+        roles[row["role"]].add(row["index"])
+    assert not roles["calibration"] & roles["heldout"]
+    assert sorted(split["conditions"]) == ["orig", "rot10-bicubic", "rot10-bilinear",
+                                           "rot10-nearest", "rot20-bilinear", "rot5-bilinear"]
+    grid = read_npz(run.stage("split") / "inputs" / "rot5-bilinear.npz")["input"]
+    assert grid.shape == (10, 3, 32, 32)
+
+
+def test_faults_are_chosen_from_calibration_and_recorded(tiny_run: tuple[Run, Path]) -> None:
+    run, _ = tiny_run
+    faults = run.record("fault")["faults"]
+    assert len(faults) == 18  # 1 model x 3 layers x 3 families x 2 severities
+    assert {f["layer_index"] for f in faults} == {0, 10, 20}
+    for fault in faults:
+        path = run.root / fault["onnx"]
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == fault["model_sha256"]
+    evidence = json.loads((run.stage("fault") / "severity.json").read_text())["selection"]
+    assert len(evidence) == 9
+    assert all(len(e["median_direct_l2"]) == 3 for e in evidence)
+    assert not (run.stage("fault") / "probe" / "models" / "resnet20").exists()
+
+
+def test_infer_wrote_every_planned_output_and_is_resumable(tiny_run: tuple[Run, Path]) -> None:
+    run, protocol_file = tiny_run
+    protocol = yaml.safe_load(protocol_file.read_text())
+    jobs = plan(protocol, run)
+    hashes: dict[str, str] = {}
+    assert all(is_done(run, job, hashes) for role in jobs.values() for job in role)
+    assert len(jobs["candidate"]) == 19 * 2 * 6 + 19 * 2 and len(jobs["reference"]) == \
+        2 * 6 + 18 * 2 + 19 * 2
+    target = run.stage("infer") / jobs["candidate"][0]["output"]
+    good = target.read_bytes()
+    target.write_bytes(good[:-8] + b"\0" * 8)
+    assert not is_done(run, jobs["candidate"][0], {})
+    run_stage("infer", run_dir=run.root, protocol_file=protocol_file, backend="venv")
+    assert target.read_bytes() == good
+    assert check_manifest(run.root) == []
+
+
+def test_infer_twice_gives_identical_bytes(tiny_run: tuple[Run, Path], tmp_path: Path) -> None:
+    run, protocol_file = tiny_run
+    first = digests(run.stage("infer"))
+    import shutil
+
+    shutil.rmtree(run.stage("infer"))
+    run_stage("infer", run_dir=run.root, protocol_file=protocol_file, backend="venv")
+    assert digests(run.stage("infer")) == first
+
+
+def test_the_clean_pair_differs_only_slightly_and_faults_move_the_candidate(
+        tiny_run: tuple[Run, Path]) -> None:
+    run, _ = tiny_run
+    infer = run.stage("infer")
+    ref = read_npz(infer / "ref/resnet20/clean/plain-orig.npz")["logits"]
+    cand = read_npz(infer / "cand/resnet20/clean/plain-orig.npz")["logits"]
+    ref_on = read_npz(infer / "ref-on/resnet20/clean/plain-orig.npz")["logits"]
+    assert 0 < np.abs(cand - ref).max() < 1e-3
+    np.testing.assert_array_equal(ref_on, cand)  # version alone changes nothing (BN folded)
+    high = read_npz(infer / "cand/resnet20/resnet20-late-scale-high/plain-orig.npz")["logits"]
+    assert np.abs(high - ref).max() > np.abs(cand - ref).max()
+
+
+def test_manifest_catches_tampering(tiny_run: tuple[Run, Path]) -> None:
+    run, _ = tiny_run
+    extra = run.root / "stray.txt"
+    extra.write_text("x")
+    try:
+        assert check_manifest(run.root) == [f"{extra}: present but not listed"]
+    finally:
+        extra.unlink()
+
+
+def test_choose_rule() -> None:
+    assert choose([0.1, 0.2, 5.0, 9.0], limit=1.0, step=1) == (2, 3, "first severity above "
+                                                                     "the threshold")
+    assert choose([0.1, 0.2, 0.3], 1.0, 1)[:2] == (1, 2)
+    assert choose([0.1, 0.2, 3.0], 1.0, 1)[:2] == (1, 2)
+
+
+def test_stage_before_fetch_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(KitError, match="stage 'fetch' has not run"):
+        run_stage("split", run_dir=tmp_path / "empty", protocol_file=tiny_protocol(tmp_path))
