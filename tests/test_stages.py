@@ -92,7 +92,8 @@ def test_infer_wrote_every_planned_output_and_is_resumable(tiny_run: tuple[Run, 
     jobs = plan(protocol, run)
     hashes: dict[str, str] = {}
     assert all(is_done(run, job, hashes) for role in jobs.values() for job in role)
-    assert len(jobs["candidate"]) == 19 * 2 * 6 + 19 * 2 and len(jobs["reference"]) == \
+    assert len(jobs["candidate"]) == 19 * 2 * 6 + 19 * 2
+    assert len(jobs["reference"]) == \
         2 * 6 + 18 * 2 + 19 * 2
     target = run.stage("infer") / jobs["candidate"][0]["output"]
     good = target.read_bytes()
