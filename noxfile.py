@@ -74,6 +74,14 @@ def reproduce(session: nox.Session) -> None:
 
 
 @nox.session
+def bench(session: nox.Session) -> None:
+    """Infer-stage wall time over the in-process onnxruntime floor (target <= 1.3)."""
+    session.run(_python(), "-c", "import sys; from kit.bench import bench_infer; "
+                "r = bench_infer(); sys.exit(0 if r['ratio'] <= r['target'] else 1)",
+                external=True)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff and mypy over the kit and its tests."""
     python = _python()

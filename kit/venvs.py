@@ -88,6 +88,12 @@ def ensure_venv(path: Path, lock: Path, editable: Path | None = None,
     lock_requirements(lock)
     if is_current(path, lock, editable):
         return venv_python(path)
+    if Path(sys.prefix).resolve() == path.resolve() or \
+            Path(python).resolve().is_relative_to(path.resolve()):
+        raise EnvironmentFailed(
+            f"{path} does not match {lock} (no or another stamp), and this process runs "
+            f"from it, so it cannot rebuild itself; from outside it run "
+            f"`python3 -m kit.venvs {'tools' if path == TOOLS_VENV else path}`")
     shutil.rmtree(path, ignore_errors=True)
     _run([python, "-m", "venv", str(path)], f"creating {path}")
     pip = [str(venv_python(path)), "-m", "pip", "install", "--quiet",

@@ -51,3 +51,15 @@ def test_a_hash_mismatch_fails_the_install_and_leaves_no_stamp(tmp_path: Path) -
     with pytest.raises(EnvironmentFailed, match=r"installing .*bad\.lock"):
         venvs.ensure_venv(env, lock)
     assert not (env / venvs.STAMP).exists()
+
+
+def test_an_environment_never_rebuilds_itself(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    lock = _lock(tmp_path / "a.lock", f"six==1.16.0 --hash=sha256:{HASH}\n")
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python").write_text("")
+    monkeypatch.setattr(venvs.sys, "prefix", str(env))
+    with pytest.raises(EnvironmentFailed, match="runs from it, so it cannot rebuild itself"):
+        venvs.ensure_venv(env, lock)
+    assert (env / "bin" / "python").exists()
