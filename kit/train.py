@@ -13,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -92,7 +94,8 @@ def _fit(recipe: Recipe, images: Array, labels: Array, num_classes: int,
                                                    total_steps=steps)
     target = torch.from_numpy(labels.astype(np.int64))
     model.train()
-    for _ in range(recipe.epochs):
+    started = time.monotonic()
+    for epoch in range(1, recipe.epochs + 1):
         order = rng.permutation(len(images))
         batch_images = augment(images[order], rng, recipe)
         x_all = torch.from_numpy(to_input(batch_images, mean, std))
@@ -104,6 +107,10 @@ def _fit(recipe: Recipe, images: Array, labels: Array, num_classes: int,
             loss.backward()  # type: ignore[no-untyped-call]
             optimiser.step()
             schedule.step()
+        elapsed = time.monotonic() - started
+        print(f"train: {recipe.architecture} epoch {epoch}/{recipe.epochs} "
+              f"({elapsed / epoch:.1f} s/epoch, eta {(recipe.epochs - epoch) * elapsed / epoch:.0f}"
+              f" s) loss {loss.item():.4f}", file=sys.stderr, flush=True)
     return model.eval()
 
 

@@ -147,3 +147,62 @@ def test_choose_rule() -> None:
 def test_stage_before_fetch_is_refused(tmp_path: Path) -> None:
     with pytest.raises(KitError, match="stage 'fetch' has not run"):
         run_stage("split", run_dir=tmp_path / "empty", protocol_file=tiny_protocol(tmp_path))
+
+
+def test_cifar100_fetch_from_a_mirror_of_small_files(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real cifar100 path (mirror, hash pins, restricted unpickler, strict state_dict
+    load, export) on a 100-image archive and random state_dicts the test writes."""
+    import io
+    import pickle
+    import tarfile
+
+    import torch
+
+    from kit import cifar
+    from kit.assets import Asset
+    from kit.models import build_model
+    from kit.stages import fetch as fetch_stage
+
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    rng = np.random.default_rng(0)
+    members = {
+        "cifar-100-python/test": pickle.dumps({
+            b"data": rng.integers(0, 256, (100, 3072), dtype=np.uint8),
+            b"fine_labels": list(range(100))}, protocol=2),
+        "cifar-100-python/meta": pickle.dumps(
+            {b"fine_label_names": [f"c{i}".encode() for i in range(100)]}, protocol=2)}
+    archive = mirror / "cifar-100-python.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
+    monkeypatch.setattr(cifar, "CIFAR100_MEMBERS", {k: sha(v) for k, v in members.items()})
+    monkeypatch.setattr(fetch_stage, "CIFAR100",
+                        Asset(archive.name, "http://unused", sha256=sha(archive.read_bytes())))
+    checkpoints = {}
+    for name in ("resnet20", "mobilenetv2_x0_5", "vgg11_bn"):
+        path = mirror / f"{name}.pt"
+        torch.manual_seed(1)
+        torch.save(build_model(name, 100).state_dict(), path)
+        checkpoints[name] = Asset(path.name, "http://unused",
+                                  sha256_prefix=sha(path.read_bytes())[:8])
+    monkeypatch.setattr(fetch_stage, "CHECKPOINTS", checkpoints)
+    monkeypatch.setenv("KIT_CACHE", str(tmp_path / "cache"))
+    protocol = yaml.safe_load(PROTOCOL.read_text())
+    protocol["models"] = ["resnet20", "vgg11_bn"]
+    record = fetch_stage.run_fetch(protocol, Run(tmp_path / "run"), "cifar100", mirror)
+    assert record["classes"] == 100
+    assert record["images"] == 100
+    assert record["models"]["vgg11_bn"]["sketch_outputs"] == 8
+    assert record["models"]["resnet20"]["source"]["sha256"] == sha(
+        (mirror / "resnet20.pt").read_bytes())
+    assert check_manifest(tmp_path / "run") == []
+
+    (mirror / "vgg11_bn.pt").write_bytes(b"tampered")
+    (tmp_path / "cache" / "assets" / "vgg11_bn.pt").unlink()
+    with pytest.raises(KitError, match=r"vgg11_bn\.pt\.part: sha256 .* does not start with"):
+        fetch_stage.run_fetch(protocol, Run(tmp_path / "run2"), "cifar100", mirror)
