@@ -1,0 +1,130 @@
+"""SciML framework: cards and their schema, the gate on hand-made cases for each
+condition, every verdict class, the ledger and the statistics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from kit.errors import ConfigError, KitError
+from kit.sciml.cards import CARDS, load_card, load_cards
+from kit.sciml.gate import Evidence, decide
+from kit.sciml.ledger import Ledger
+from kit.sciml.stats import bootstrap_mean_ci, cliffs_delta, wilcoxon, wilson
+from kit.sciml.verdicts import VERDICTS, domain_score, judge
+
+
+def card(name: str = "fno-periodic-translation") -> dict:
+    return load_card(CARDS / f"{name}.yaml")
+
+
+def holding(c: dict, **over: object) -> Evidence:
+    fields = {"preconditions": {p: "holds" for p in c["preconditions"]},
+              "boundary_compatibility": "holds", "output_mapping": "holds",
+              "floor": 1e-7, "tolerance": 1e-5, **over}
+    return Evidence(**fields)  # type: ignore[arg-type]
+
+
+def test_shipped_cards_validate() -> None:
+    cards = load_cards()
+    assert len(cards) == 4
+    assert cards["p1-divergence-absolute"]["source_category"] == "conservation"
+
+
+def test_schema_rejects_bad_cards(tmp_path: Path) -> None:
+    bad = yaml.safe_load((CARDS / "fno-periodic-translation.yaml").read_text())
+    bad["level"] = "vibes"
+    path = tmp_path / "fno-periodic-translation.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError, match="level: 'vibes' is not one of"):
+        load_card(path)
+    del bad["level"]
+    bad["tolerance"] = {"rule": "whatever we like"}
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ConfigError, match="'level' is a required property"):
+        load_card(path)
+    good = yaml.safe_load((CARDS / "fno-periodic-translation.yaml").read_text())
+    other = tmp_path / "renamed.yaml"
+    other.write_text(yaml.safe_dump(good))
+    with pytest.raises(ConfigError, match="must match the file name"):
+        load_card(other)
+
+
+def test_gate_admits_when_all_four_hold() -> None:
+    c = card()
+    assert decide(c, holding(c)).decision == "retained-executable"
+
+
+def test_gate_rejects_without_basis_or_with_a_broken_boundary() -> None:
+    c = card()
+    assert decide({**c, "basis": ""}, holding(c)).decision == "rejected"
+    assert decide(c, holding(c, boundary_compatibility="fails")).decision == "rejected"
+    first = c["preconditions"][0]
+    broken = holding(c, preconditions={**holding(c).preconditions, first: "fails"})
+    assert decide(c, broken).decision == "rejected"
+
+
+def test_gate_downgrades_approximate_relations_to_ood_stress() -> None:
+    c = card()
+    decision = decide(c, holding(c, output_mapping="approximate"))
+    assert decision.decision == "retained-as-OOD-stress"
+    assert decision.rubric["output mapping"] == "approximate"
+
+
+def test_gate_defers_when_the_floor_dominates_or_is_unmeasured() -> None:
+    c = card()  # floor_margin 10
+    assert decide(c, holding(c, floor=2e-6, tolerance=1e-5)).decision == "deferred"
+    assert decide(c, holding(c, floor=None)).decision == "deferred"
+    decision = decide(c, holding(c, preconditions={}))
+    assert decision.decision == "deferred"
+    assert "not measured" in decision.conditions["preconditions"]["why"]
+
+
+def test_every_verdict_class_is_reachable() -> None:
+    seen = {
+        judge("c", "a", 1e-8, 1e-6).verdict,
+        judge("c", "b", 5e-6, 1e-6, floor=1e-7).verdict,
+        judge("c", "c", 1e-6, 1e-6, preconditions_met=False).verdict,
+        judge("c", "d", 1.0, 1e-6, domain=0.51).verdict,
+        judge("c", "e", 1.05e-6, 1e-6, floor=1e-7).verdict,
+        judge("c", "f", float("nan"), 1e-6).verdict,
+    }
+    assert seen == set(VERDICTS)
+    v = judge("c", "g", 1.1, 1e-6)
+    assert v.ratio == pytest.approx(1.1e6)
+
+
+def test_domain_score() -> None:
+    assert domain_score(0.0) == 0.0
+    assert domain_score(1.0) == 0.5
+    assert domain_score(1.04) == pytest.approx(0.5098, abs=1e-4)
+    with pytest.raises(ValueError, match="finite and >= 0"):
+        domain_score(-1.0)
+
+
+def test_ledger_refuses_verdicts_of_unadmitted_cards(tmp_path: Path) -> None:
+    ledger = Ledger("subjects trained by the kit on data it generates")
+    good, rejected = card(), card("fno-dirichlet-translation")
+    ledger.decide(decide(good, holding(good)))
+    ledger.decide(decide(rejected, holding(rejected, boundary_compatibility="fails")))
+    ledger.add(judge(good["id"], "case-1", 1e-8, 1e-6))
+    ledger.add(judge(good["id"], "case-2", 1.0, 1e-6))
+    with pytest.raises(KitError, match=r"\(rejected\) cannot carry verdicts"):
+        ledger.add(judge(rejected["id"], "case-1", 1e-8, 1e-6))
+    assert ledger.counts() == {good["id"]: {"pass": 1, "fail": 1}}
+    path = ledger.write(tmp_path / "ledger.json")
+    assert '"decision": "rejected"' in path.read_text()
+
+
+def test_statistics_against_known_values() -> None:
+    low, high = wilson(5, 10)
+    assert (round(low, 4), round(high, 4)) == (0.2366, 0.7634)
+    assert cliffs_delta([3, 4, 5], [0, 1, 2]) == 1.0
+    assert cliffs_delta([0, 1], [0, 1]) == 0.0
+    x = np.arange(1.0, 21.0)
+    assert wilcoxon(x + 1.0, x) < 0.001
+    lo, hi = bootstrap_mean_ci(x, seed=0, resamples=2000)
+    assert lo < x.mean() < hi
