@@ -74,6 +74,13 @@ def reproduce(session: nox.Session) -> None:
 
 
 @nox.session
+def sciml(session: nox.Session) -> None:
+    """SciML study (so far: operator-floor sweep, FV conservation, gate and ledger)."""
+    session.run(_python(), "-c", "from kit.runtimes import ROOT; from kit.sciml.run import "
+                "run_sciml; run_sciml(ROOT / 'runs' / 'sciml')", external=True)
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """Infer-stage wall time over the in-process onnxruntime floor (target <= 1.3)."""
     session.run(_python(), "-c", "import sys; from kit.bench import bench_infer; "

@@ -30,7 +30,7 @@ def holding(c: dict, **over: object) -> Evidence:
 
 def test_shipped_cards_validate() -> None:
     cards = load_cards()
-    assert len(cards) == 4
+    assert len(cards) == 5
     assert cards["p1-divergence-absolute"]["source_category"] == "conservation"
 
 
@@ -128,3 +128,19 @@ def test_statistics_against_known_values() -> None:
     assert wilcoxon(x + 1.0, x) < 0.001
     lo, hi = bootstrap_mean_ci(x, seed=0, resamples=2000)
     assert lo < x.mean() < hi
+
+
+def test_operator_floor_run_defers_absolute_divergence_and_admits_fv(tmp_path: Path) -> None:
+    import json
+
+    from kit.sciml.run import run_sciml
+    from kit.stages.common import check_manifest
+
+    ledger = run_sciml(tmp_path, refinements=range(1, 5), fv_cells=32)
+    decisions = {d["card"]: d["decision"] for d in ledger["decisions"]}
+    assert decisions == {"p1-divergence-absolute": "deferred",
+                         "fv-flux-conservation": "retained-executable"}
+    assert ledger["counts"] == {"fv-flux-conservation": {"pass": 1}}
+    floor = json.loads((tmp_path / "operator_floor.json").read_text())
+    assert {r["decision"] for r in floor["gate_per_resolution"]} == {"deferred"}
+    assert check_manifest(tmp_path) == []

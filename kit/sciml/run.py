@@ -1,0 +1,70 @@
+"""``nox -s sciml`` (so far): the operator-floor subjects through gate, verdicts and ledger.
+
+What runs today: the P1 divergence floor sweep (kit/sciml/operator_floor.py) decides the
+absolute-divergence card per resolution (numerically decidable only where the card's
+tolerance dominates the measured floor by its margin), and the flux-form finite-volume
+balance is admitted and executed as a conservation verdict. The FNO, PINN and
+MeshGraphNet subjects join this ledger as they land.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kit.sciml.cards import load_cards
+from kit.sciml.gate import Evidence, decide
+from kit.sciml.ledger import Ledger
+from kit.sciml.operator_floor import finite_volume_balance, sweep
+from kit.sciml.verdicts import judge
+from kit.stages.common import write_manifest
+from kit.worker import canonical_json, write_atomic
+
+ABSOLUTE_TOLERANCE = 0.05  # |div u| tolerance in the field's units, ~0.5% of |grad u| ~ pi^2
+NOTE = ("The paper's subjects were trained on public data out of reach here; the kit "
+        "measures its own operators and (as they land) trains its own surrogates on data it "
+        "generates, with the same cards, gate and verdict rules.")
+
+
+def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256
+              ) -> dict[str, Any]:
+    """Write the sweep, the FV balance and the verdict ledger under ``out``."""
+    cards = load_cards()
+    floor = sweep(refinements)
+    balance = finite_volume_balance(fv_cells)
+    ledger = Ledger(NOTE)
+
+    p1 = cards["p1-divergence-absolute"]
+    margin = p1["tolerance"]["floor_margin"]
+    per_resolution = []
+    for row in floor["resolutions"]:
+        evidence = Evidence(preconditions={p: "holds" for p in p1["preconditions"]},
+                            boundary_compatibility="holds", output_mapping="holds",
+                            floor=row["measured"], tolerance=ABSOLUTE_TOLERANCE)
+        per_resolution.append({"refinements": row["refinements"], "h": row["h"],
+                               "decision": decide(p1, evidence).decision})
+    finest = floor["resolutions"][-1]
+    ledger.decide(decide(p1, Evidence(
+        preconditions={p: "holds" for p in p1["preconditions"]},
+        boundary_compatibility="holds", output_mapping="holds",
+        floor=finest["measured"], tolerance=ABSOLUTE_TOLERANCE)))
+
+    fv = cards["fv-flux-conservation"]
+    tolerance = float(100 * np.finfo(np.float64).eps * balance["flux_scale"])
+    ledger.decide(decide(fv, Evidence(
+        preconditions={p: "holds" for p in fv["preconditions"]},
+        boundary_compatibility="holds", output_mapping="holds",
+        floor=balance["floor"], tolerance=tolerance)))
+    ledger.add(judge(fv["id"], f"grid-{fv_cells}", balance["imbalance"], tolerance,
+                     floor=balance["floor"]))
+
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "operator_floor.json", canonical_json(
+        {**floor, "absolute_tolerance": ABSOLUTE_TOLERANCE, "floor_margin": margin,
+         "gate_per_resolution": per_resolution}))
+    write_atomic(out / "fv_balance.json", canonical_json(balance))
+    ledger.write(out / "ledger.json")
+    write_manifest(out)
+    return ledger.as_dict()
