@@ -206,3 +206,13 @@ def test_cifar100_fetch_from_a_mirror_of_small_files(tmp_path: Path,
     (tmp_path / "cache" / "assets" / "vgg11_bn.pt").unlink()
     with pytest.raises(KitError, match=r"vgg11_bn\.pt\.part: sha256 .* does not start with"):
         fetch_stage.run_fetch(protocol, Run(tmp_path / "run2"), "cifar100", mirror)
+
+
+def test_fetch_record_is_identical_when_training_comes_from_the_cache(
+        tiny_run: tuple[Run, Path]) -> None:
+    run, protocol_file = tiny_run
+    before = (run.stage("fetch") / "fetch.json").read_bytes()
+    models = digests(run.stage("fetch") / "models")
+    run_stage("fetch", run_dir=run.root, protocol_file=protocol_file)  # cached training
+    assert (run.stage("fetch") / "fetch.json").read_bytes() == before
+    assert digests(run.stage("fetch") / "models") == models
