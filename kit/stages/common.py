@@ -10,7 +10,6 @@ manifest (sha256 of every file), and progress lines for long stages.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -20,7 +19,7 @@ from typing import Any
 
 from kit.errors import KitError
 from kit.runtimes import ROOT
-from kit.worker import canonical_json, write_atomic
+from kit.worker import canonical_json, sha256_file, write_atomic
 
 MANIFEST = "manifest.json"
 
@@ -55,17 +54,9 @@ def default_run(substrate: str) -> Run:
     return Run(ROOT / "runs" / substrate)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_manifest(root: Path) -> Path:
     """sha256 of every file under ``root`` (sorted relative paths), but the manifest."""
-    files = {path.relative_to(root).as_posix(): file_sha256(path)
+    files = {path.relative_to(root).as_posix(): sha256_file(path)
              for path in sorted(root.rglob("*"))
              if path.is_file() and path.name != MANIFEST and not path.name.endswith(".tmp")}
     target = root / MANIFEST
@@ -85,7 +76,7 @@ def check_manifest(root: Path) -> list[str]:
     problems += [f"{root / name}: present but not listed" for name in sorted(present - set(listed))]
     problems += [f"{root / name}: sha256 differs from the manifest"
                  for name in sorted(set(listed) & present)
-                 if file_sha256(root / name) != listed[name]]
+                 if sha256_file(root / name) != listed[name]]
     return problems
 
 

@@ -24,9 +24,9 @@ from kit.errors import KitError
 from kit.export import export_onnx
 from kit.instrument import instrument
 from kit.models import load_checkpoint
-from kit.stages.common import Progress, Run, file_sha256
+from kit.stages.common import Progress, Run
 from kit.venvs import cache_dir
-from kit.worker import write_npz
+from kit.worker import sha256_file, write_npz
 
 SUBSTRATES = ("digits", "cifar100")
 # images, labels, normalisation mean, std, and per model (weights file, its provenance)
@@ -99,8 +99,8 @@ def run_fetch(protocol: dict[str, Any], run: Run, substrate: str,
                               protocol["instrumentation"]["max_values"])
         models[name] = {"onnx": plain.relative_to(run.root).as_posix(),
                         "sketch_onnx": f"fetch/models/{name}.sketch.onnx",
-                        "onnx_sha256": file_sha256(plain), "sketch_outputs": len(sketches),
-                        "weights_sha256": file_sha256(path), "source": record}
+                        "onnx_sha256": sha256_file(plain), "sketch_outputs": len(sketches),
+                        "weights_sha256": sha256_file(path), "source": record}
     result = {"substrate": substrate, "classes": classes, "mean": mean, "std": std,
               "images": len(images), "models": models}
     run.write_record("fetch", result)

@@ -21,8 +21,8 @@ from typing import Any
 
 from kit.backends import run_jobs
 from kit.runtimes import Runtime, get_runtime
-from kit.stages.common import Run, file_sha256, say
-from kit.worker import meta_path
+from kit.stages.common import Run, say
+from kit.worker import meta_path, sha256_file
 
 CELLS = {"ref": ("reference", "disable_all"), "cand": ("candidate", "enable_all"),
          "ref-on": ("reference", "enable_all"), "cand-off": ("candidate", "disable_all")}
@@ -73,10 +73,10 @@ def is_done(run: Run, job: dict[str, Any], hashes: dict[str, str]) -> bool:
     record = json.loads(meta.read_text())
     for key, name in (("model_sha256", job["model"]), ("inputs_sha256", job["inputs"])):
         if name not in hashes:
-            hashes[name] = file_sha256(run.root / name)
+            hashes[name] = sha256_file(run.root / name)
         if record.get(key) != hashes[name]:
             return False
-    return bool(record.get("output_sha256") == file_sha256(output)
+    return bool(record.get("output_sha256") == sha256_file(output)
                 and record.get("session_options", {}).get("graph_optimization")
                 == job["graph_optimization"])
 
