@@ -19,6 +19,7 @@ from typing import Any
 from kit.backends import worker_sha256
 from kit.errors import ImageError
 from kit.runtimes import ROOT, Runtime, load_runtimes
+from kit.venvs import failure_tail
 from kit.worker import canonical_json, write_atomic
 
 OFFICIAL_BASE = "python:3.11-slim-bookworm"
@@ -33,9 +34,7 @@ def _run(cmd: list[str], what: str, timeout: float | None = None) -> str:
     except subprocess.TimeoutExpired as exc:
         raise ImageError(f"{what}: timed out after {timeout} s") from exc
     if proc.returncode != 0:
-        said = [ln for ln in (proc.stdout + proc.stderr).splitlines()
-                if "is ignored: it is neither a file nor a directory" not in ln]
-        raise ImageError(f"{what} failed (exit {proc.returncode}):\n" + "\n".join(said[-25:]))
+        raise ImageError(f"{what} failed (exit {proc.returncode}):\n" + failure_tail(proc))
     return proc.stdout
 
 

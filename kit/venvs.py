@@ -72,13 +72,19 @@ def is_current(path: Path, lock: Path, editable: Path | None = None) -> bool:
             and stamp.read_text() == _stamp_value(lock, editable))
 
 
+def failure_tail(proc: subprocess.CompletedProcess[str], lines: int = 25) -> str:
+    """The last lines a failed pip or docker command said, without pip's warnings about
+    the machine's missing local index folders."""
+    said = [ln for ln in (proc.stdout + proc.stderr).splitlines()
+            if "is ignored: it is neither a file nor a directory" not in ln]
+    return "\n".join(said[-lines:])
+
+
 def _run(cmd: list[str], what: str) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        said = [ln for ln in (proc.stdout + proc.stderr).splitlines()
-                if "is ignored: it is neither a file nor a directory" not in ln]
         raise EnvironmentFailed(f"{what} failed (exit {proc.returncode}):\n"
-                                + "\n".join(said[-25:]))
+                                + failure_tail(proc))
 
 
 def ensure_venv(path: Path, lock: Path, editable: Path | None = None,
