@@ -68,8 +68,32 @@ def infer(session: nox.Session) -> None:
 
 
 @nox.session
+def score(session: nox.Session) -> None:
+    """Drift stage score: per-case evidence tables, calibration, localisation, summary."""
+    _stage(session, "score")
+
+
+@nox.session
+def bootstrap(session: nox.Session) -> None:
+    """Drift stage bootstrap: 500 fixed-threshold and 5,000 nested replicates."""
+    _stage(session, "bootstrap")
+
+
+@nox.session
+def sensitivity(session: nox.Session) -> None:
+    """Drift stage sensitivity: the rotation grid on the 150/150 split."""
+    _stage(session, "sensitivity")
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Tables 1-4 (markdown, CSV), figures and an HTML page under <run>/report."""
+    _stage(session, "report")
+
+
+@nox.session
 def reproduce(session: nox.Session) -> None:
-    """The drift stages built so far, in order (-- --substrate cifar100 --assets DIR)."""
+    """Every drift stage in order (-- --substrate cifar100 --assets DIR)."""
     session.run(_python(), "-m", "kit", "reproduce", *session.posargs, external=True)
 
 

@@ -2,7 +2,7 @@
 
     run        one exchange: a model and an input .npz under one runtime -> an output .npz
     images     build the two runtime images and write manifests/images.json
-    stage      one drift stage (fetch, split, fault, infer) into a run folder
+    stage      one drift stage (fetch split fault infer score bootstrap sensitivity report)
     reproduce  the drift stages in order, then the run manifest check
 """
 
@@ -35,7 +35,8 @@ def _parser() -> argparse.ArgumentParser:
                                ("reproduce", "run the drift stages in order")):
         stage = sub.add_parser(command, help=help_text)
         if command == "stage":
-            stage.add_argument("name", choices=["fetch", "split", "fault", "infer"])
+            stage.add_argument("name", choices=["fetch", "split", "fault", "infer", "score",
+                                                "bootstrap", "sensitivity", "report"])
         stage.add_argument("--substrate", choices=["digits", "cifar100"],
                            help="default: the protocol's (digits)")
         stage.add_argument("--run", type=Path, help="run folder (default runs/<substrate>)")

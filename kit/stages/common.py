@@ -5,7 +5,13 @@ manifest (sha256 of every file), and progress lines for long stages.
     <run>/split/   sample.json, images/<cond>.npz, inputs/<cond>.npz, split.json
     <run>/fault/   models/<m>/<fault>.onnx, faults.json, severity.json
     <run>/infer/   <cell>/<m>/<variant>/<graph>-<cond>.npz (+ .meta.json), infer.json
+    <run>/score/   cases/<cell>-<cond>.npz, layers.npz, clean-logits.npz, summary.json
+    <run>/bootstrap/  replicates.npz, summary.json;  <run>/sensitivity/summary.json
     <run>/manifest.json
+
+Not hashed (run metadata, not results): ``<run>/timings.json`` (wall time per stage) and
+``<run>/report/`` (tables, figures and the HTML page, which show the timings and the
+machine), so a replay compares results only.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from kit.runtimes import ROOT
 from kit.worker import canonical_json, sha256_file, write_atomic
 
 MANIFEST = "manifest.json"
+TIMINGS = "timings.json"
+UNHASHED_DIRS = ("report",)
 
 
 @dataclass(frozen=True)
@@ -54,11 +62,26 @@ def default_run(substrate: str) -> Run:
     return Run(ROOT / "runs" / substrate)
 
 
+def hashed_files(root: Path) -> list[Path]:
+    """Every result file of a run folder (sorted): not the manifest, the timings, the
+    report or a temporary file."""
+    return [path for path in sorted(root.rglob("*"))
+            if path.is_file() and not path.name.endswith(".tmp")
+            and path.relative_to(root).as_posix() not in (MANIFEST, TIMINGS)
+            and path.relative_to(root).parts[0] not in UNHASHED_DIRS]
+
+
+def record_timing(run: Run, stage: str, seconds: float) -> None:
+    """Add one stage's wall time to the (unhashed) timings file."""
+    path = run.root / TIMINGS
+    timings = json.loads(path.read_text()) if path.is_file() else {}
+    timings[stage] = round(seconds, 1)
+    write_atomic(path, canonical_json(timings))
+
+
 def write_manifest(root: Path) -> Path:
-    """sha256 of every file under ``root`` (sorted relative paths), but the manifest."""
-    files = {path.relative_to(root).as_posix(): sha256_file(path)
-             for path in sorted(root.rglob("*"))
-             if path.is_file() and path.name != MANIFEST and not path.name.endswith(".tmp")}
+    """sha256 of every result file under ``root`` (sorted relative paths)."""
+    files = {path.relative_to(root).as_posix(): sha256_file(path) for path in hashed_files(root)}
     target = root / MANIFEST
     write_atomic(target, canonical_json({"files": files}))
     return target
@@ -70,8 +93,7 @@ def check_manifest(root: Path) -> list[str]:
     if not path.is_file():
         return [f"{path}: no run manifest"]
     listed = json.loads(path.read_text())["files"]
-    present = {p.relative_to(root).as_posix() for p in root.rglob("*")
-               if p.is_file() and p.name != MANIFEST and not p.name.endswith(".tmp")}
+    present = {p.relative_to(root).as_posix() for p in hashed_files(root)}
     problems = [f"{root / name}: listed but missing" for name in sorted(set(listed) - present)]
     problems += [f"{root / name}: present but not listed" for name in sorted(present - set(listed))]
     problems += [f"{root / name}: sha256 differs from the manifest"

@@ -9,13 +9,17 @@ from typing import Any
 
 from kit.errors import KitError
 from kit.protocol import PROTOCOL, load_protocol
-from kit.stages.common import Run, check_manifest, default_run, say
+from kit.stages.bootstrap import run_bootstrap
+from kit.stages.common import Run, check_manifest, default_run, record_timing, say
 from kit.stages.fault import run_fault
 from kit.stages.fetch import run_fetch
 from kit.stages.infer import run_infer
+from kit.stages.report import run_report
+from kit.stages.score import run_score
+from kit.stages.sensitivity import run_sensitivity
 from kit.stages.split import run_split
 
-STAGES = ("fetch", "split", "fault", "infer")
+STAGES = ("fetch", "split", "fault", "infer", "score", "bootstrap", "sensitivity", "report")
 
 
 def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None = None,
@@ -31,6 +35,10 @@ def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None =
         "split": lambda: run_split(protocol, run),
         "fault": lambda: run_fault(protocol, run, backend),
         "infer": lambda: run_infer(protocol, run, backend),
+        "score": lambda: run_score(protocol, run),
+        "bootstrap": lambda: run_bootstrap(protocol, run),
+        "sensitivity": lambda: run_sensitivity(protocol, run),
+        "report": lambda: run_report(protocol, run),
     }
     if name not in steps:
         raise KitError(f"unknown stage {name!r}; stages: {STAGES}")
@@ -39,7 +47,9 @@ def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None =
                        f"not {chosen!r}; use another --run folder")
     start = time.monotonic()
     record = steps[name]()
-    say(f"{name}: done in {time.monotonic() - start:.1f} s ({run.root})")
+    elapsed = time.monotonic() - start
+    record_timing(run, name, elapsed)
+    say(f"{name}: done in {elapsed:.1f} s ({run.root})")
     return record
 
 

@@ -1,0 +1,217 @@
+"""Tables 1-4 (markdown and CSV), figures (PNG) and one HTML page from a run's summaries.
+
+Every number shown comes from the run's ``score``, ``bootstrap`` and ``sensitivity``
+summaries; nothing here computes a result. The HTML page adds the provenance: substrate,
+runtime versions, lock hashes, image IDs, machine fingerprint and wall time per stage.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kit.worker import write_atomic
+
+Array = np.ndarray[Any, Any]
+NAMES = {"metamorphic": "Metamorphic contrast (subtracted)", "direct": "Direct L2 (plain)",
+         "mixed": "Mixed absolute/relative tolerance", "maximum": "Two-input direct maximum"}
+
+
+def pct(value: float) -> str:
+    return f"{100 * value:.2f}%"
+
+
+def interval(entry: dict[str, float]) -> str:
+    return f"[{entry['p2_5']:.2f}, {entry['p97_5']:.2f}]"
+
+
+def tables(score: dict[str, Any], boot: dict[str, Any], sens: dict[str, Any]
+           ) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """Every report table as (header, rows) of strings."""
+    p, loc = score["primary"], score["localisation"]
+    found: dict[str, tuple[list[str], list[list[str]]]] = {}
+    found["table1"] = (["Detector", "TPR", "detected", "FPR", "false alarms", "AUROC", "AUPRC"],
+                       [[NAMES[d], pct(p[d]["tpr"]["rate"]),
+                         f"{p[d]['tpr']['count']}/{p[d]['tpr']['n']}", pct(p[d]["fpr"]["rate"]),
+                         f"{p[d]['fpr']['count']}/{p[d]['fpr']['n']}", f"{p[d]['auroc']:.3f}",
+                         f"{p[d]['auprc']:.3f}"] for d in ("metamorphic", "direct", "mixed")])
+    matched = score["matched_fpr"]
+    found["table2"] = (["Method", "Inputs", "TPR", "FPR", "Top-1 localisation"], [
+        [NAMES["metamorphic"], "source + rotated", pct(p["metamorphic"]["tpr"]["rate"]),
+         pct(p["metamorphic"]["fpr"]["rate"]), pct(loc["metamorphic"]["top1"])],
+        [NAMES["maximum"], "source + rotated", pct(p["maximum"]["tpr"]["rate"]),
+         pct(p["maximum"]["fpr"]["rate"]), pct(loc["maximum"]["top1"])],
+        [NAMES["metamorphic"] + ", matched calibration FPR", "source + rotated",
+         pct(matched["metamorphic"]["tpr"]["rate"]), pct(matched["metamorphic"]["fpr"]["rate"]),
+         ""],
+        [NAMES["maximum"] + ", matched calibration FPR", "source + rotated",
+         pct(matched["maximum"]["tpr"]["rate"]), pct(matched["maximum"]["fpr"]["rate"]), ""]])
+    found["table3"] = (["Scoring method", "Top-1", "Top-3", "MRR", "cases"], [
+        [name, pct(loc[k]["top1"]), pct(loc[k]["top3"]), f"{loc[k]['mrr']:.3f}", str(loc[k]["n"])]
+        for k, name in (("metamorphic", "Metamorphic activation contrast"),
+                        ("direct", "Direct activation scoring"),
+                        ("maximum", "Two-input activation maximum"))])
+    rows = []
+    for key, row in sens.items():
+        top1 = row.get("top1", {})
+        rows.append([f"{row['condition']} ({row['split']})", pct(row["metamorphic"]["tpr"]["rate"]),
+                     pct(row["direct"]["tpr"]["rate"]), f"{row['difference_pts']:.2f} pts",
+                     pct(row["metamorphic"]["fpr"]["rate"]), pct(row["direct"]["fpr"]["rate"]),
+                     pct(top1["metamorphic"]) if top1 else "",
+                     pct(top1["direct"]) if top1 else "",
+                     pct(row["reference_stability"]["rate"])])
+        del key
+    found["table4"] = (["Rotation condition", "Metamorphic TPR", "Direct TPR", "Difference",
+                        "Metamorphic FPR", "Direct FPR", "Metamorphic top-1", "Direct top-1",
+                        "Reference stability"], rows)
+    nested = boot["nested"]
+    brows = []
+    for label, entry in (("nested metamorphic - direct TPR (pts)",
+                          nested["differences"]["metamorphic-direct/tpr"]),
+                         ("nested metamorphic - direct FPR (pts)",
+                          nested["differences"]["metamorphic-direct/fpr"]),
+                         ("nested metamorphic - mixed TPR (pts)",
+                          nested["differences"]["metamorphic-mixed/tpr"]),
+                         ("nested metamorphic TPR (%)", nested["rates"]["metamorphic/tpr"]),
+                         ("nested direct TPR (%)", nested["rates"]["direct/tpr"]),
+                         ("fixed metamorphic - direct TPR (pts)",
+                          boot["fixed"]["differences"]["metamorphic-direct/tpr"]),
+                         ("nested matched-FPR metamorphic - maximum TPR (pts)",
+                          nested["differences"]["matched/metamorphic-maximum/tpr"])):
+        brows.append([label, f"{entry['mean']:.2f}", f"{entry['median']:.2f}",
+                      f"{entry['sd']:.2f}", interval(entry), f"{entry['min']:.2f}",
+                      f"{entry['max']:.2f}", f"{entry['share_negative']:.4f}"])
+    found["bootstrap"] = (["Quantity", "mean", "median", "sd", "95% interval", "min", "max",
+                           "share negative"], brows)
+    per = []
+    for model in p["direct"]["per_model"]:
+        per.append([model] + [pct(p[d]["per_model"][model]["tpr"]["rate"])
+                              for d in ("metamorphic", "direct", "mixed", "maximum")]
+                   + [pct(loc[k]["per_model"][model]["top1"]) for k in ("metamorphic", "direct")])
+    found["per_model"] = (["Model", "Metamorphic TPR", "Direct TPR", "Mixed TPR", "Maximum TPR",
+                           "Metamorphic top-1", "Direct top-1"], per)
+    return found
+
+
+def markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+
+
+def csv_text(header: list[str], rows: list[list[str]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def _save(fig: Any, path: Path) -> None:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, metadata={"Software": None})
+    write_atomic(path, buffer.getvalue())
+
+
+def figures(out: Path, score: dict[str, Any], boot: dict[str, Any], sens: dict[str, Any],
+            table: dict[str, Array]) -> list[str]:
+    """The four figures; returns their file names."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = []
+    detectors = ("metamorphic", "direct", "mixed", "maximum")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, what, label in ((axes[0], "tpr", "fault detection rate (TPR)"),
+                            (axes[1], "fpr", "clean false-alarm rate (FPR)")):
+        point = [100 * score["primary"][d][what]["rate"] for d in detectors]
+        nested = [boot["nested"]["rates"][f"{d}/{what}"] for d in detectors]
+        lower = [pt - n["p2_5"] for pt, n in zip(point, nested, strict=True)]
+        upper = [n["p97_5"] - pt for pt, n in zip(point, nested, strict=True)]
+        ax.bar(range(4), point, yerr=[np.maximum(lower, 0), np.maximum(upper, 0)], capsize=4,
+               color=["#c44e52", "#4c72b0", "#8c8c8c", "#55a868"])
+        ax.set_xticks(range(4), ["metamorphic", "direct L2", "mixed tol.", "two-input max"])
+        ax.set_ylabel(f"{label}, %")
+        ax.set_title(f"{label}\n(bars: held-out; whiskers: nested 95% interval)", fontsize=9)
+    fig.tight_layout()
+    _save(fig, out / "figure1-detection.png")
+    names.append("figure1-detection.png")
+    plt.close(fig)
+
+    loc = score["localisation"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    kinds = ("metamorphic", "direct", "maximum")
+    for i, stat in enumerate(("top1", "top3", "mrr")):
+        values = [100 * loc[k][stat] for k in kinds]
+        ax.bar(np.arange(3) + 0.27 * (i - 1), values, width=0.27,
+               label={"top1": "top-1 %", "top3": "top-3 %", "mrr": "MRR x 100"}[stat])
+    ax.set_xticks(range(3), ["metamorphic contrast", "direct", "two-input maximum"])
+    ax.set_ylabel("held-out fault cases")
+    ax.set_title("Layer localisation from activation sketches", fontsize=10)
+    ax.legend()
+    fig.tight_layout()
+    _save(fig, out / "figure2-localisation.png")
+    names.append("figure2-localisation.png")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    keys = list(sens)
+    x = np.arange(len(keys))
+    ax.plot(x, [100 * sens[k]["metamorphic"]["tpr"]["rate"] for k in keys], "o-",
+            color="#c44e52", label="metamorphic TPR")
+    ax.plot(x, [100 * sens[k]["direct"]["tpr"]["rate"] for k in keys], "s-", color="#4c72b0",
+            label="direct TPR")
+    ax.plot(x, [100 * sens[k]["metamorphic"]["fpr"]["rate"] for k in keys], "^--",
+            color="#c44e52", label="metamorphic FPR")
+    ax.plot(x, [100 * sens[k]["reference_stability"]["rate"] for k in keys], "d:",
+            color="#555555", label="reference top-1 stability")
+    ax.set_xticks(x, [f"{sens[k]['condition']}\n({sens[k]['split']})" for k in keys], fontsize=8)
+    ax.set_ylabel("%")
+    ax.set_title("Rotation sensitivity grid", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, out / "figure3-rotation-grid.png")
+    names.append("figure3-rotation-grid.png")
+    plt.close(fig)
+
+    held = (table["role"] == 1) & (table["fault"] >= 0) & np.isfinite(table["cosine"])
+    fig, ax = plt.subplots(figsize=(6, 5))
+    ax.scatter(table["cosine"][held], table["ratio"][held], s=3, alpha=0.3, color="#4c72b0")
+    ax.set_xlabel("cos(e_o, e_t)")
+    ax.set_ylabel("||e_t - e_o|| / (||e_o|| + ||e_t||)")
+    rho = score["geometry"]["spearman_rho"]
+    ax.set_title(f"Error geometry of held-out fault cases (Spearman rho {rho:.3f})", fontsize=10)
+    fig.tight_layout()
+    _save(fig, out / "figure4-geometry.png")
+    names.append("figure4-geometry.png")
+    plt.close(fig)
+    return names
+
+
+def page(found: dict[str, tuple[list[str], list[list[str]]]], figure_names: list[str],
+         provenance: dict[str, Any]) -> str:
+    """The HTML page: provenance, every table, every figure."""
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>Drift study report"
+             "</title><style>body{font-family:sans-serif;max-width:1100px;margin:auto}"
+             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;"
+             "padding:3px 8px;font-size:13px}</style></head><body>",
+             "<h1>Drift study: report of one run</h1><h2>Provenance</h2><table>"]
+    for key, value in provenance.items():
+        parts.append(f"<tr><th>{html.escape(key)}</th><td><code>{html.escape(str(value))}"
+                     "</code></td></tr>")
+    parts.append("</table>")
+    for name, (header, rows) in found.items():
+        parts.append(f"<h2>{html.escape(name)}</h2><table><tr>"
+                     + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
+        parts += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                  for row in rows]
+        parts.append("</table>")
+    parts += [f"<h2>{html.escape(n)}</h2><img src='{html.escape(n)}' style='max-width:100%'>"
+              for n in figure_names]
+    return "\n".join([*parts, "</body></html>"]) + "\n"

@@ -1,0 +1,58 @@
+"""Stage report: ``<run>/report/`` with Tables 1-4 (and the bootstrap and per-model
+tables) as markdown and CSV, four PNG figures and ``index.html`` with the provenance.
+The report shows run metadata (wall times), so it is outside the run manifest."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kit import report
+from kit.evidence import read_table
+from kit.machine import fingerprint
+from kit.runtimes import ROOT, load_runtimes
+from kit.stages.common import TIMINGS, Run
+from kit.stages.score import table_name
+from kit.worker import sha256_file, write_atomic
+
+
+def provenance(run: Run) -> dict[str, Any]:
+    """Substrate, runtimes, lock hashes, image IDs, machine and wall time per stage."""
+    found: dict[str, Any] = {"run folder": str(run.root),
+                             "substrate": run.record("fetch")["substrate"]}
+    for name, runtime in load_runtimes().items():
+        found[f"runtime {name}"] = runtime.description
+        found[f"lock {runtime.lock.name} sha256"] = runtime.lock_sha256()
+    found["lock tools.lock sha256"] = sha256_file(ROOT / "locks" / "tools.lock")
+    images = ROOT / "manifests" / "images.json"
+    if images.is_file():
+        for name, entry in sorted(json.loads(images.read_text())["runtimes"].items()):
+            found[f"image {name}"] = f"{entry['image']} {entry['id']}"
+    else:
+        found["images"] = "none built here (venv backend)"
+    found.update({f"machine {k}": v for k, v in fingerprint().items()})
+    timings = run.root / TIMINGS
+    if timings.is_file():
+        found.update({f"wall time {k}": f"{v} s" for k, v in
+                      json.loads(timings.read_text()).items()})
+    found["run manifest sha256"] = sha256_file(run.root / "manifest.json") \
+        if (run.root / "manifest.json").is_file() else "not written yet"
+    return found
+
+
+def run_report(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
+    del protocol
+    score_record = run.record("score")
+    load = {name: json.loads((run.root / run.record(name)["summary"]["path"]).read_text())
+            for name in ("score", "bootstrap", "sensitivity")}
+    found = report.tables(load["score"], load["bootstrap"], load["sensitivity"])
+    out = run.root / "report"
+    for name, (header, rows) in found.items():
+        write_atomic(out / f"{name}.md", report.markdown(header, rows).encode())
+        write_atomic(out / f"{name}.csv", report.csv_text(header, rows).encode())
+    name = table_name("cand", score_record["primary_condition"])
+    table = read_table(run.root / score_record["tables"][name]["path"],
+                       score_record["tables"][name])
+    figures = report.figures(out, load["score"], load["bootstrap"], load["sensitivity"], table)
+    write_atomic(out / "index.html", report.page(found, figures, provenance(run)).encode())
+    return {"tables": sorted(found), "figures": figures, "page": "report/index.html"}
