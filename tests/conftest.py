@@ -102,3 +102,61 @@ def job(**fields: object) -> dict[str, object]:
 
 
 JobFactory = Callable[..., dict[str, object]]
+
+
+def synthetic_table(seed: int = 0, models: int = 2, n_cal: int = 40, n_held: int = 30,
+                    faults: int = 4, layers: int = 5) -> tuple[dict[str, np.ndarray],
+                                                               dict[str, np.ndarray]]:
+    """A case table shaped like the score stage's (clean rows on every image, fault rows
+    on held-out images) with random scores, and matching per-layer scores."""
+    from kit.evidence import CASE_COLUMNS
+
+    rng = np.random.default_rng(seed)
+    samples = np.arange(n_cal + n_held)
+    role = np.r_[np.zeros(n_cal, np.int8), np.ones(n_held, np.int8)]
+    columns: dict[str, list[np.ndarray]] = {name: [] for name in CASE_COLUMNS}
+    layer_data: dict[str, np.ndarray] = {}
+    offset = 0
+    for m in range(models):
+        blocks = [(-1, samples, role)] + [(f + m * faults, samples[n_cal:], role[n_cal:])
+                                          for f in range(faults)]
+        kept_rows, kept = [], {k: [] for k in ("direct", "metamorphic", "maximum")}
+        for fault, sample, rl in blocks:
+            n = len(sample)
+            shift = 0.0 if fault < 0 else 0.5 * (1 + fault % faults)
+            e_o = rng.exponential(size=n) + shift
+            e_t = rng.exponential(size=n) + shift
+            cos = rng.uniform(-1, 1, n)
+            meta = np.sqrt(np.maximum(e_o**2 + e_t**2 - 2 * e_o * e_t * cos, 0))
+            true_layer = -1 if fault < 0 else fault % layers
+            block = {"model": m, "fault": fault, "position": -1 if fault < 0 else fault % 3,
+                     "family": -1 if fault < 0 else fault % 3, "level": -1 if fault < 0 else 0,
+                     "layer": true_layer, "sample": sample, "image": sample + 1000,
+                     "role": rl, "label": sample % 10, "e_o_norm": e_o, "e_t_norm": e_t,
+                     "metamorphic": meta, "mixed": e_o * rng.uniform(0.5, 2, n),
+                     "maximum": np.maximum(e_o, e_t), "cosine": cos,
+                     "ratio": meta / (e_o + e_t), "ref_top1_o": sample % 10,
+                     "ref_top1_t": np.where(rng.uniform(size=n) < 0.8, sample % 10, 0),
+                     "cand_top1_o": sample % 10, "stable": rng.uniform(size=n) < 0.8,
+                     "rank_direct": 0, "rank_metamorphic": 0, "rank_maximum": 0}
+            for name, dtype in CASE_COLUMNS.items():
+                columns[name].append(np.broadcast_to(np.asarray(block[name]), (n,))
+                                     .astype(dtype))
+            scores = rng.exponential(size=(n, layers)).astype(np.float32)
+            if fault >= 0:
+                scores[:, true_layer] += np.float32(1.5)
+            keep = np.flatnonzero(rl == 0) if fault < 0 else np.arange(n)
+            for k in kept:
+                kept[k].append(scores[keep] * (1 + 0.1 * ("direct", "metamorphic",
+                                                          "maximum").index(k)))
+            kept_rows.append(offset + keep)
+            offset += n
+        layer_data[f"m{m}/rows"] = np.concatenate(kept_rows).astype(np.int32)
+        for k, parts in kept.items():
+            layer_data[f"m{m}/{k}"] = np.concatenate(parts).astype(np.float32)
+    return {k: np.concatenate(v) for k, v in columns.items()}, layer_data
+
+
+@pytest.fixture
+def table() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    return synthetic_table()

@@ -18,6 +18,7 @@ from kit.stages.common import Run, check_manifest
 from kit.stages.fault import choose
 from kit.stages.infer import is_done, plan
 from kit.stages.pipeline import reproduce, run_stage
+from kit.stages.score import load_tables
 from kit.worker import read_npz
 
 
@@ -125,6 +126,49 @@ def test_the_clean_pair_differs_only_slightly_and_faults_move_the_candidate(
     np.testing.assert_array_equal(ref_on, cand)  # version alone changes nothing (BN folded)
     high = read_npz(infer / "cand/resnet20/resnet20-late-scale-high/plain-orig.npz")["logits"]
     assert np.abs(high - ref).max() > np.abs(cand - ref).max()
+
+
+def test_score_tables_match_the_raw_outputs(tiny_run: tuple[Run, Path]) -> None:
+    run, _ = tiny_run
+    record = run.record("score")
+    assert len(record["tables"]) == 8  # cand on 5 rotations, 3 factor cells
+    tables = load_tables(run, record)
+    primary = tables["cand-rot10-bilinear"]
+    assert len(primary["model"]) == 20 + 18 * 10  # clean on all images, faults on held-out
+    infer = run.stage("infer")
+    ref = read_npz(infer / "ref/resnet20/clean/plain-orig.npz")["logits"].astype(np.float64)
+    fid = run.record("fault")["faults"][5]["id"]
+    cand = read_npz(infer / f"cand/resnet20/{fid}/plain-orig.npz")["logits"].astype(np.float64)
+    rows = np.flatnonzero(primary["fault"] == 5)
+    samples = primary["sample"][rows]
+    np.testing.assert_allclose(primary["e_o_norm"][rows],
+                               np.linalg.norm(cand[samples] - ref[samples], axis=1), rtol=0)
+    summary = json.loads((run.root / "score/summary.json").read_text())
+    assert summary["localisation_recomputed_equal"] is True
+    grid = tables["cand-rot20-bilinear"]
+    assert set(grid["sample"].tolist()) == set(run.record("split")["reduced_positions"])
+
+
+def test_bootstrap_sensitivity_and_report_outputs(tiny_run: tuple[Run, Path]) -> None:
+    run, _ = tiny_run
+    boot = json.loads((run.root / "bootstrap/summary.json").read_text())
+    assert boot["nested"]["replicates"] == 5000 and boot["fixed"]["replicates"] == 500
+    nested = boot["nested"]["differences"]["metamorphic-direct/tpr"]
+    fixed = boot["fixed"]["differences"]["metamorphic-direct/tpr"]
+    assert nested["sd"] > 0 and fixed["sd"] > 0
+    sens = json.loads((run.root / "sensitivity/summary.json").read_text())
+    assert set(sens) == {"primary", "primary-reduced", "rot5-bilinear", "rot20-bilinear",
+                         "rot10-nearest", "rot10-bicubic"}
+    assert sens["rot5-bilinear"]["metamorphic"]["tpr"]["n"] == 18 * 5
+    report = run.root / "report"
+    for name in ("table1", "table2", "table3", "table4"):
+        assert (report / f"{name}.md").read_text().startswith("| ")
+        assert (report / f"{name}.csv").is_file()
+    assert len(list(report.glob("figure*.png"))) == 4
+    assert "wall time infer" in (report / "index.html").read_text()
+    listed = json.loads((run.root / "manifest.json").read_text())["files"]
+    assert "timings.json" not in listed and not any(n.startswith("report/") for n in listed)
+    assert "score/cases/cand-rot10-bilinear.npz" in listed
 
 
 def test_manifest_catches_tampering(tiny_run: tuple[Run, Path]) -> None:
