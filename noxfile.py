@@ -98,6 +98,12 @@ def reproduce(session: nox.Session) -> None:
 
 
 @nox.session
+def verify(session: nox.Session) -> None:
+    """Every claim recomputed offline from shipped evidence (-- --replay [--stages ...])."""
+    session.run(_python(), "-m", "kit", "verify", *session.posargs, external=True)
+
+
+@nox.session
 def sciml(session: nox.Session) -> None:
     """SciML study (so far: operator-floor sweep, FV conservation, gate and ledger)."""
     session.run(_python(), "-c", "from kit.runtimes import ROOT; from kit.sciml.run import "

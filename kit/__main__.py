@@ -4,11 +4,14 @@
     images     build the two runtime images and write manifests/images.json
     stage      one drift stage (fetch split fault infer score bootstrap sensitivity report)
     reproduce  the drift stages in order, then the run manifest check
+    verify     every ledger, schema, manifest and claim, offline (--replay: rerun and compare)
+    ship       copy a finished run's evidence into claims/ and rewrite the manifests
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -43,7 +46,41 @@ def _parser() -> argparse.ArgumentParser:
         stage.add_argument("--assets", type=Path, help="mirror folder of the pinned assets")
         stage.add_argument("--backend", choices=["docker", "venv"])
         stage.add_argument("--protocol", type=Path, help="protocol YAML (default: the frozen one)")
+    verify = sub.add_parser("verify", help="check every claim offline from shipped evidence")
+    verify.add_argument("--json", type=Path, help="also write the outcome as JSON here")
+    verify.add_argument("--replay", action="store_true",
+                        help="rerun the pipeline (or --stages) into a fresh folder, compare bytes")
+    verify.add_argument("--stages", nargs="+", help="stages to replay (default: all)")
+    verify.add_argument("--run", type=Path, help="first run folder (default runs/<substrate>)")
+    verify.add_argument("--substrate", choices=["digits", "cifar100"])
+    verify.add_argument("--backend", choices=["docker", "venv"])
+    ship = sub.add_parser("ship", help="copy a finished run's evidence into claims/")
+    ship.add_argument("--run", type=Path, help="run folder (default runs/digits)")
     return parser
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from kit.protocol import PROTOCOL, load_protocol
+    from kit.replay import compare_runs, prepare, write_report
+    from kit.stages.common import default_run
+    from kit.stages.pipeline import STAGES, reproduce
+
+    substrate = args.substrate or load_protocol(PROTOCOL)["substrate_default"]
+    first = args.run or default_run(substrate).root
+    stages = tuple(args.stages or STAGES)
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        raise KitError(f"unknown stages {unknown}; stages: {STAGES}")
+    target = first.with_name(first.name + "-replay")
+    prepare(first, target, stages, STAGES)
+    ordered = tuple(s for s in STAGES if s in stages)
+    reproduce(ordered, substrate=substrate, run_dir=target, backend=args.backend)
+    report = compare_runs(first, target)
+    path = write_report(first, report)
+    print(json.dumps({k: v for k, v in report.items() if k != "differing"}, indent=1))
+    print(f"replay: {report['compared']} hashed files compared, "
+          f"{'identical' if report['identical'] else 'DIFFERENT'}; report {path}")
+    return 0 if report["identical"] else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +106,17 @@ def main(argv: list[str] | None = None) -> int:
                 run_stage(args.name, **options)
             else:
                 print(reproduce(**options))
+        elif args.command == "verify":
+            if args.replay:
+                return _replay(args)
+            from kit.verify import verify
+
+            return verify(json_out=args.json)
+        elif args.command == "ship":
+            from kit.stages.common import default_run
+            from kit.verify import ship
+
+            print(ship(args.run or default_run("digits").root))
     except KitError as exc:
         print(f"kit: error: {exc}", file=sys.stderr)
         return 2

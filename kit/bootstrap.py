@@ -34,6 +34,7 @@ from kit.errors import KitError
 from kit.localise import KINDS, normalised, resampled_normalisers
 
 Array = np.ndarray[Any, Any]
+DECISION_BASELINES = ("direct", "mixed")  # the frozen rule: metamorphic against both
 
 
 def draw_counts(rng: np.random.Generator, n: int, replicates: int) -> Array:

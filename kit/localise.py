@@ -24,6 +24,7 @@ from kit.calibrate import resampled_thresholds, threshold
 
 Array = np.ndarray[Any, Any]
 KINDS = ("direct", "metamorphic", "maximum")
+TOP_K = 3  # the cut-off recorded besides top-1 (the paper's top three)
 
 
 def layer_scores(c_o: list[Array], r_o: list[Array], c_t: list[Array], r_t: list[Array]
@@ -76,5 +77,5 @@ def true_layer_rank(scores: Array, norms: Array, true_layer: Array) -> Array:
 def summary(ranks: Array) -> dict[str, float]:
     """Top-1, top-3 accuracy and mean reciprocal rank of a set of ranks."""
     ranks = np.asarray(ranks, np.float64)
-    return {"top1": float(np.mean(ranks == 1)), "top3": float(np.mean(ranks <= 3)),
+    return {"top1": float(np.mean(ranks == 1)), "top3": float(np.mean(ranks <= TOP_K)),
             "mrr": float(np.mean(1.0 / ranks)), "n": int(ranks.size)}

@@ -33,8 +33,8 @@ def summarise(reps: dict[str, Array], alpha: float) -> dict[str, Any]:
     rates = {key: engine.describe(100 * value) for key, value in reps.items()
              if key.endswith(("/tpr", "/fpr"))}
     return {"rates": rates, "differences": {k: engine.describe(v) for k, v in diffs.items()},
-            "decision": engine.holm({"direct": diffs["metamorphic-direct/tpr"],
-                                     "mixed": diffs["metamorphic-mixed/tpr"]}, alpha)}
+            "decision": engine.holm({b: diffs[f"metamorphic-{b}/tpr"]
+                                     for b in engine.DECISION_BASELINES}, alpha)}
 
 
 def compute(protocol: dict[str, Any], table: dict[str, Array], layers: dict[str, Array],

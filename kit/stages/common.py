@@ -9,7 +9,8 @@ manifest (sha256 of every file), and progress lines for long stages.
     <run>/bootstrap/  replicates.npz, summary.json;  <run>/sensitivity/summary.json
     <run>/manifest.json
 
-Not hashed (run metadata, not results): ``<run>/timings.json`` (wall time per stage) and
+Not hashed (run metadata, not results): ``<run>/timings.json`` (wall time per stage),
+``<run>/replay.json`` (the last replay's comparison) and
 ``<run>/report/`` (tables, figures and the HTML page, which show the timings and the
 machine), so a replay compares results only.
 """
@@ -29,6 +30,7 @@ from kit.worker import canonical_json, sha256_file, write_atomic
 
 MANIFEST = "manifest.json"
 TIMINGS = "timings.json"
+REPLAY = "replay.json"
 UNHASHED_DIRS = ("report",)
 
 
@@ -67,7 +69,7 @@ def hashed_files(root: Path) -> list[Path]:
     report or a temporary file."""
     return [path for path in sorted(root.rglob("*"))
             if path.is_file() and not path.name.endswith(".tmp")
-            and path.relative_to(root).as_posix() not in (MANIFEST, TIMINGS)
+            and path.relative_to(root).as_posix() not in (MANIFEST, TIMINGS, REPLAY)
             and path.relative_to(root).parts[0] not in UNHASHED_DIRS]
 
 

@@ -11,15 +11,18 @@ isolation over the full fault matrix.
 
 ``score/layers.npz``: float32 per-layer localisation scores of the primary table (clean
 calibration rows and held-out fault rows), so ranks can be recomputed.
-``score/clean-logits.npz``: the clean model's logits in every cell (accuracy, stability,
-factor isolation). ``score/summary.json``: every primary result (``kit.analysis``).
+``score/protocol.yaml``: the protocol the run used. ``score/clean-logits.npz``: the
+clean model's logits in every cell (accuracy, stability, factor isolation).
+``score/summary.json``: every primary result (``kit.analysis``).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
+import yaml
 
 from kit import analysis
 from kit.detectors import score_block
@@ -28,7 +31,14 @@ from kit.localise import KINDS, layer_scores, normalisers, true_layer_rank
 from kit.machine import fingerprint
 from kit.stages.common import Progress, Run
 from kit.stages.infer import output_path
-from kit.worker import canonical_json, read_npz, sha256_file, write_atomic, write_npz
+from kit.worker import (
+    canonical_json,
+    meta_path,
+    read_npz,
+    sha256_file,
+    write_atomic,
+    write_npz,
+)
 
 Array = np.ndarray[Any, Any]
 POSITIONS = ["early", "middle", "late"]
@@ -170,6 +180,18 @@ def clean_logits(protocol: dict[str, Any], run: Run, outputs: Outputs) -> dict[s
     return found
 
 
+def runtimes_used(run: Run, protocol: dict[str, Any]) -> dict[str, Any]:
+    """Per runtime role, the versions and session options its worker recorded."""
+    found = {}
+    for role, cell in (("reference", "ref"), ("candidate", "cand")):
+        output = run.stage("infer") / output_path(cell, protocol["models"][0], "clean", "plain",
+                                                  "orig")
+        meta = json.loads(meta_path(output).read_text())
+        found[role] = {"onnxruntime": meta["onnxruntime"], "numpy": meta["numpy"],
+                       "session_options": meta["session_options"]}
+    return found
+
+
 def table_name(cell: str, cond: str) -> str:
     return f"{cell}-{cond}"
 
@@ -231,6 +253,7 @@ def run_score(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
         if cond == record["primary_condition"] and localise:
             layers = found
         progress.step(table_name(cell, cond))
+    write_atomic(out / "protocol.yaml", yaml.safe_dump(protocol, sort_keys=True).encode())
     write_npz(out / "layers.npz", layers)
     clean = clean_logits(protocol, run, outputs)
     write_npz(out / "clean-logits.npz", clean)
@@ -240,6 +263,7 @@ def run_score(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
                               "sha256": sha256_file(out / "clean-logits.npz")}
     record["labels"] = labels.tolist()
     record["machine"] = fingerprint()
+    record["runtimes"] = runtimes_used(run, protocol)
     tables = load_tables(run, record)
     summary = summarise(protocol, record, tables, layers, clean, labels)
     write_atomic(out / "summary.json", canonical_json(summary))

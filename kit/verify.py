@@ -1,0 +1,213 @@
+"""``python -m kit verify``: check every ledger, schema, manifest and claim offline.
+
+1. Schemas: every ledger (``claims/*.yaml``), the shipped evidence records
+   (``score/score.json``), the protocol copies, the manifests and the SciML MR cards.
+2. Manifests: ``manifests/evidence.json`` lists the sha256 of every file under ``claims/``
+   (ledgers and shipped evidence): each must match, and a file present but not listed is
+   refused. ``manifests/locks.json`` pins the lock files and ``manifests/assets.json`` the
+   upstream assets (equal to ``kit.assets``).
+3. Claims: recomputed from the raw per-case evidence and decided by their rules.
+4. ``--replay``: rerun the pipeline (or named stages) and compare bytes.
+
+Exit 0 only when every check passes and every claim that applies to present evidence
+holds. ``ship`` copies a finished run's evidence into ``claims/<study>/evidence/`` and
+rewrites the manifests.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from kit import assets
+from kit.claims import Outcome, clear_cache, evaluate, load_ledger
+from kit.errors import KitError
+from kit.protocol import load_protocol
+from kit.runtimes import ROOT
+from kit.stages.common import MANIFEST, REPLAY
+from kit.worker import canonical_json, sha256_file, write_atomic
+
+SCHEMAS = Path(__file__).with_name("schemas")
+EVIDENCE_MANIFEST = Path("manifests/evidence.json")
+LOCKS_MANIFEST = Path("manifests/locks.json")
+ASSETS_MANIFEST = Path("manifests/assets.json")
+SHIPPED = ("score/protocol.yaml", "fetch/fetch.json", "split/split.json", "fault/fault.json",
+           "fault/severity.json",
+           "score/score.json", "score/summary.json", "score/layers.npz",
+           "score/clean-logits.npz", "bootstrap/bootstrap.json", "bootstrap/summary.json",
+           "sensitivity/sensitivity.json", "sensitivity/summary.json")
+
+
+def _validate(instance: Any, schema: str, shown: Path) -> None:
+    validator = Draft202012Validator(json.loads((SCHEMAS / schema).read_text()))
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    if errors:
+        where = "/".join(str(p) for p in errors[0].absolute_path) or "(top)"
+        raise KitError(f"{shown}: {where}: {errors[0].message} (schema {schema})")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise KitError(f"{path}: cannot read as JSON ({exc})") from exc
+
+
+def asset_pins() -> dict[str, Any]:
+    """The upstream pins of ``kit.assets`` as a manifest."""
+    pins = [assets.CIFAR100, *assets.CHECKPOINTS.values()]
+    return {"assets": {a.name: {"url": a.url, "sha256": a.sha256,
+                                "sha256_prefix": a.sha256_prefix, "size": a.size}
+                       for a in pins},
+            "members": dict(sorted(assets.CIFAR100_MEMBERS.items()))}
+
+
+def evidence_files(root: Path) -> list[Path]:
+    """Every file under ``claims/`` (ledgers and shipped evidence), sorted."""
+    return sorted(p for p in (root / "claims").rglob("*") if p.is_file())
+
+
+def write_manifests(root: Path = ROOT) -> None:
+    """Rewrite the evidence, lock and asset manifests from what is on disk."""
+    files = {p.relative_to(root).as_posix(): sha256_file(p) for p in evidence_files(root)
+             if p.name != "README.md"}
+    write_atomic(root / EVIDENCE_MANIFEST, canonical_json({"files": files}))
+    locks = {p.relative_to(root).as_posix(): sha256_file(p)
+             for p in sorted((root / "locks").glob("*")) if p.suffix in (".lock", ".in")}
+    write_atomic(root / LOCKS_MANIFEST, canonical_json({"files": locks}))
+    write_atomic(root / ASSETS_MANIFEST, canonical_json(asset_pins()))
+
+
+def check_manifests(root: Path) -> list[str]:
+    """Problems with the manifests (empty when every entry checks out)."""
+    problems = []
+    for manifest in (EVIDENCE_MANIFEST, LOCKS_MANIFEST):
+        path = root / manifest
+        if not path.is_file():
+            problems.append(f"{path}: manifest missing")
+            continue
+        listed = _read_json(path)
+        _validate(listed, "manifest.schema.json", path)
+        for name, digest in sorted(listed["files"].items()):
+            target = root / name
+            if not target.is_file():
+                problems.append(f"{target}: listed in {manifest} but missing")
+            elif sha256_file(target) != digest:
+                problems.append(f"{target}: sha256 differs from {manifest}")
+        if manifest == EVIDENCE_MANIFEST:
+            present = {p.relative_to(root).as_posix() for p in evidence_files(root)
+                       if p.name != "README.md"}
+            problems += [f"{root / n}: present but not listed in {manifest}"
+                         for n in sorted(present - set(listed["files"]))]
+        else:
+            present = {p.relative_to(root).as_posix() for p in (root / "locks").glob("*")
+                       if p.suffix in (".lock", ".in")}
+            problems += [f"{root / n}: present but not listed in {manifest}"
+                         for n in sorted(present - set(listed["files"]))]
+    path = root / ASSETS_MANIFEST
+    if not path.is_file():
+        problems.append(f"{path}: manifest missing")
+    elif _read_json(path) != asset_pins():
+        problems.append(f"{path}: differs from the pins in kit/assets.py")
+    return problems
+
+
+def check_schemas(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
+    """Validate every evidence record and protocol copy the ledgers point at, and the
+    SciML MR cards; raises KitError on the first violation."""
+    checked = []
+    for ledger in ledgers:
+        for substrate in ledger["substrates"].values():
+            folder = root / substrate["evidence"]
+            record = folder / "score" / "score.json"
+            if not record.is_file():
+                continue
+            _validate(_read_json(record), "score_record.schema.json", record)
+            load_protocol(folder / "score" / "protocol.yaml")
+            checked += [str(record), str(folder / "score" / "protocol.yaml")]
+    from kit.sciml.cards import load_cards
+
+    load_cards()
+    checked.append("kit/sciml/cards")
+    return checked
+
+
+def ship(run: Path, study: str = "drift", root: Path = ROOT) -> Path:
+    """Copy a finished run's evidence into ``claims/<study>/evidence/<substrate>``."""
+    substrate = str(_read_json(run / "fetch" / "fetch.json")["substrate"])
+    target = root / "claims" / study / "evidence" / substrate
+    record = _read_json(run / "score" / "score.json")
+    names = list(SHIPPED) + [d["path"] for d in record["tables"].values()]
+    staging = target.with_name(target.name + ".tmp")
+    if staging.exists():
+        shutil.rmtree(staging)
+    for name in names:
+        if not (run / name).is_file():
+            raise KitError(f"{run / name}: missing; run every stage before shipping")
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(run / name, staging / name)
+    shutil.copyfile(run / MANIFEST, staging / "run-manifest.json")
+    if (run / REPLAY).is_file():
+        shutil.copyfile(run / REPLAY, staging / "replay.json")
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+    write_manifests(root)
+    return target
+
+
+def print_outcomes(outcomes: list[Outcome]) -> None:
+    width = max(len(o.recomputed) for o in outcomes) if outcomes else 10
+    print(f"{'claim':<8} {'substrate':<9} {'published':<28} {'recomputed':<{min(width, 30)}} "
+          "status      rule")
+    for o in outcomes:
+        print(f"{o.claim:<8} {o.substrate:<9} {o.published[:28]:<28} "
+              f"{o.recomputed[:30]:<{min(width, 30)}} {o.status:<11} {o.rule}"
+              + (f" ({o.note})" if o.note else ""))
+
+
+def verify(root: Path = ROOT, json_out: Path | None = None) -> int:
+    """Every check; returns the exit code."""
+    start = time.monotonic()
+    clear_cache()
+    ledger_paths = sorted((root / "claims").glob("*.yaml"))
+    if not ledger_paths:
+        print(f"verify: no ledger in {root / 'claims'}", file=sys.stderr)
+        return 1
+    problems: list[str] = []
+    ledgers = []
+    for path in ledger_paths:
+        try:
+            ledgers.append(load_ledger(path))
+        except KitError as exc:
+            problems.append(str(exc))
+    problems += check_manifests(root)
+    try:
+        check_schemas(root, ledgers)
+    except KitError as exc:
+        problems.append(str(exc))
+    outcomes: list[Outcome] = []
+    for ledger in ledgers:
+        try:
+            outcomes += evaluate(ledger, root)
+        except KitError as exc:
+            problems.append(str(exc))
+    print_outcomes(outcomes)
+    counts = {s: sum(1 for o in outcomes if o.status == s)
+              for s in ("holds", "differs", "not run here")}
+    for problem in problems:
+        print(f"verify: FAIL {problem}", file=sys.stderr)
+    ok = not problems and counts["differs"] == 0
+    print(f"verify: {len(outcomes)} claim checks: {counts['holds']} hold, {counts['differs']} "
+          f"differ, {counts['not run here']} not run here; {len(problems)} failed checks; "
+          f"{time.monotonic() - start:.1f} s; {'OK' if ok else 'FAILED'}")
+    if json_out is not None:
+        write_atomic(json_out, canonical_json({"ok": ok, "problems": problems, "counts": counts,
+                                               "claims": [o.as_dict() for o in outcomes]}))
+    return 0 if ok else 1
