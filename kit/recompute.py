@@ -145,6 +145,12 @@ def runtime_version(ev: Evidence, role: str) -> Value:
     return str(ev.record["runtimes"][role]["onnxruntime"])
 
 
+def runtime_configurations(ev: Evidence) -> Value:
+    """Distinct (onnxruntime version, graph optimisation) pairs the workers recorded."""
+    return len({(r["onnxruntime"], r["session_options"]["graph_optimization"])
+                for r in ev.record["runtimes"].values()})
+
+
 def conv_layers(ev: Evidence, model: str) -> Value:
     return int(ev.json("fetch/fetch.json")["models"][model]["sketch_outputs"])
 
@@ -390,7 +396,8 @@ def decision_comparisons(ev: Evidence) -> Value:
 
 RECOMPUTE: dict[str, Callable[..., Value]] = {
     f"drift.{fn.__name__}": fn for fn in (
-        protocol_value, runtime_version, conv_layers, sample_count, sample_overlap,
+        protocol_value, runtime_version, runtime_configurations, conv_layers, sample_count,
+        sample_overlap,
         fault_count, case_count, rate, rate_difference, auc, every_model, cell_rate, cell_gap,
         saturated, localisation, localisation_difference, localisation_ratio, grid,
         grid_all_negative, grid_range, geometry, accuracy, factor, boot, boot_widening,

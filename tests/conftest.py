@@ -6,13 +6,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
 from kit.backends import docker_available, image_labels
 from kit.errors import ImageError
+from kit.protocol import PROTOCOL
 from kit.runtimes import load_runtimes
+from kit.stages.common import Run
+from kit.stages.pipeline import reproduce
 from kit.worker import write_npz
 
 
@@ -160,3 +165,25 @@ def synthetic_table(seed: int = 0, models: int = 2, n_cal: int = 40, n_held: int
 @pytest.fixture
 def table() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     return synthetic_table()
+
+
+def tiny_protocol(tmp: Path) -> Path:
+    protocol: dict[str, Any] = yaml.safe_load(PROTOCOL.read_text())
+    protocol["models"] = ["resnet20"]
+    protocol["sample"].update(size=20, calibration=10, heldout=10,
+                              reduced={"calibration": 5, "heldout": 5})
+    protocol["training"]["epochs"] = {"resnet20": 1}
+    protocol["faults"]["severity_grids"] = {"scale": [1e-7, 1e-5, 1e-3],
+                                            "noise": [1e-7, 1e-5, 1e-3], "quantise": [22, 12, 6]}
+    protocol["faults"]["severity_rule"]["high_step"] = 1
+    path = tmp / "tiny.yaml"
+    path.write_text(yaml.safe_dump(protocol))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
+    tmp = tmp_path_factory.mktemp("stages")
+    protocol = tiny_protocol(tmp)
+    root = reproduce(run_dir=tmp / "run", protocol_file=protocol, backend="venv")
+    return Run(root), protocol

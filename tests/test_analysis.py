@@ -38,7 +38,8 @@ def test_rates_use_calibration_thresholds_and_count_held_out_rows(table: tuple[d
     clean_cal = (cases["model"] == 0) & (cases["fault"] == -1) & (cases["role"] == 0)
     assert limits[0] == threshold(cases["e_o_norm"][clean_cal])
     found = analysis.detection(cases, "direct", limits)
-    assert found["tpr"]["n"] == 2 * 4 * 30 and found["fpr"]["n"] == 2 * 30
+    assert found["tpr"]["n"] == 2 * 4 * 30
+    assert found["fpr"]["n"] == 2 * 30
     by_hand = sum(int((cases["e_o_norm"][(cases["model"] == m) & (cases["role"] == 1)
                                          & (cases["fault"] >= 0)] > limits[m]).sum())
                   for m in (0, 1))
@@ -56,7 +57,8 @@ def test_ranks_from_layers_and_localisation(table: tuple[dict, dict]) -> None:
     cases, layers = table
     ranks = analysis.ranks_from_layers(cases, layers, ["m0", "m1"])
     fault = cases["fault"] >= 0
-    assert (ranks["direct"][fault] >= 1).all() and (ranks["direct"][~fault] == 0).all()
+    assert (ranks["direct"][fault] >= 1).all()
+    assert (ranks["direct"][~fault] == 0).all()
     cases = {**cases, **{f"rank_{k}": v for k, v in ranks.items()}}
     loc = analysis.localisation(cases, ["m0", "m1"])
     assert loc["direct"]["n"] == 240

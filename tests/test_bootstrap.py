@@ -79,7 +79,8 @@ def test_holm_decision_rule() -> None:
     down = rng.normal(-5, 1, 1000)
     assert engine.holm({"direct": up, "mixed": up}, 0.05)["superior"]
     found = engine.holm({"direct": down, "mixed": up}, 0.05)
-    assert not found["superior"] and found["rejected"] == {"direct": False, "mixed": True}
+    assert not found["superior"]
+    assert found["rejected"] == {"direct": False, "mixed": True}
     # Holm: the smaller p is tested at alpha / 2
     edge = np.r_[np.ones(960), -np.ones(40)]  # p = 41/1001 ~ 0.041 > 0.025
     assert not engine.holm({"a": edge, "b": edge}, 0.05)["rejected"]["a"]
@@ -87,4 +88,6 @@ def test_holm_decision_rule() -> None:
 
 def test_describe_share_negative() -> None:
     found = engine.describe(np.array([-1.0, 1.0, 2.0, 3.0]))
-    assert found["share_negative"] == 0.25 and found["min"] == -1.0 and found["n"] == 4
+    assert found["share_negative"] == 0.25
+    assert found["min"] == -1.0
+    assert found["n"] == 4

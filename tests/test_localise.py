@@ -33,7 +33,8 @@ def test_zero_threshold_layer_that_moves_ranks_first() -> None:
 
 def test_summary_counts() -> None:
     found = summary(np.array([1, 2, 3, 4]))
-    assert found["top1"] == 0.25 and found["top3"] == 0.75
+    assert found["top1"] == 0.25
+    assert found["top3"] == 0.75
     assert found["mrr"] == (1 + 1 / 2 + 1 / 3 + 1 / 4) / 4
 
 
