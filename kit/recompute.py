@@ -110,6 +110,13 @@ class Evidence:
         reduced = np.asarray(self.json("split/split.json")["reduced_positions"])
         return sensitivity(self.record, tables, reduced, self.quantile)
 
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """Compute once per evidence folder (several claims read one analysis)."""
+        cache = self.__dict__.setdefault("_memo", {})
+        if key not in cache:
+            cache[key] = compute()
+        return cache[key]
+
     def images(self, role: str) -> Array:
         return np.array([r["position"] for r in self.json("split/split.json")["rows"]
                          if r["role"] == role], np.int64)
@@ -206,8 +213,8 @@ def every_model(ev: Evidence, quantity: str) -> Value:
 
 def _cells(ev: Evidence) -> list[dict[str, Any]]:
     codes = ev.record["codes"]
-    return analysis.pooled_cells(analysis.fault_cells(ev.table(), codes, ev.quantile),
-                                 ("position", "family", "level"))
+    return ev.memo("cells", lambda: analysis.pooled_cells(  # type: ignore[no-any-return]
+        analysis.fault_cells(ev.table(), codes, ev.quantile), ("position", "family", "level")))
 
 
 def cell_rate(ev: Evidence, detector: str, position: str, family: str, level: str) -> Value:
@@ -271,7 +278,7 @@ def grid_range(ev: Evidence, field: str) -> Value:
 
 def geometry(ev: Evidence, field: str) -> Value:
     """Spearman rho, discordant mean cosines, or a stable/unstable subgroup quantity."""
-    geo = analysis.geometry(ev.table(), ev.quantile)
+    geo = ev.memo("geometry", lambda: analysis.geometry(ev.table(), ev.quantile))
     if field in ("spearman_rho", "cosine_difference"):
         return float(geo[field])
     group, _, what = field.partition("/")
@@ -284,7 +291,8 @@ def geometry(ev: Evidence, field: str) -> Value:
 
 def accuracy(ev: Evidence, model: str | None, which: str) -> Value:
     labels = np.asarray(ev.record["labels"])
-    found = analysis.accuracy(ev.clean, labels, ev.models, ev.record["primary_condition"])
+    found = ev.memo("accuracy", lambda: analysis.accuracy(
+        ev.clean, labels, ev.models, ev.record["primary_condition"]))
     if model is None:
         return _pct(found[f"mean_{which}"])
     return _pct(found[model][which]["rate"])
@@ -293,7 +301,8 @@ def accuracy(ev: Evidence, model: str | None, which: str) -> Value:
 def factor(ev: Evidence, factor_name: str, stat: str) -> Value:
     """``version`` or ``opt``: max |logit difference| over both levels of the other factor,
     every model and both conditions, or the prediction disagreement count."""
-    found = analysis.factor_clean(ev.clean, ev.models, ["orig", ev.record["primary_condition"]])
+    found = ev.memo("factor", lambda: analysis.factor_clean(
+        ev.clean, ev.models, ["orig", ev.record["primary_condition"]]))
     pairs = [v for k, v in found.items() if k.startswith(factor_name + "_")]
     if stat == "max_abs":
         return max(float(p["max_abs"]) for p in pairs)

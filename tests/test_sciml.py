@@ -130,17 +130,48 @@ def test_statistics_against_known_values() -> None:
     assert lo < x.mean() < hi
 
 
-def test_operator_floor_run_defers_absolute_divergence_and_admits_fv(tmp_path: Path) -> None:
+def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     import json
 
+    from kit.sciml.fno import Recipe
     from kit.sciml.run import run_sciml
     from kit.stages.common import check_manifest
 
-    ledger = run_sciml(tmp_path, refinements=range(1, 5), fv_cells=32)
+    tiny = Recipe("heat", 0, modes=4, hidden=4, steps=3, batch=4, train_cases=8)
+    ledger = run_sciml(tmp_path, refinements=range(1, 5), fv_cells=32, fno_roster=2,
+                       fno_seeds=1, fno_recipe=tiny, cache=tmp_path / "cache")
     decisions = {d["card"]: d["decision"] for d in ledger["decisions"]}
     assert decisions == {"p1-divergence-absolute": "deferred",
-                         "fv-flux-conservation": "retained-executable"}
-    assert ledger["counts"] == {"fv-flux-conservation": {"pass": 1}}
+                         "fv-flux-conservation": "retained-executable",
+                         "fno-periodic-translation": "retained-executable",
+                         "fno-periodic-conservation": "retained-executable",
+                         "fno-dirichlet-translation": "rejected"}
+    assert ledger["counts"]["fv-flux-conservation"] == {"pass": 1}
+    # an FNO without positional embedding is shift-equivariant even untrained
+    assert ledger["counts"]["fno-periodic-translation"] == {"pass": 2 * 4}
+    assert sum(ledger["counts"]["fno-periodic-conservation"].values()) == 2 * 4
+    fno = json.loads((tmp_path / "fno.json").read_text())
+    assert fno["dirichlet_rejected"] == 2
+    assert fno["embedding_effect"]["grid"] > 1e3 * fno["embedding_effect"]["none"]
+    assert fno["roster"]["heat_admitted"]["n"] == 2
     floor = json.loads((tmp_path / "operator_floor.json").read_text())
     assert {r["decision"] for r in floor["gate_per_resolution"]} == {"deferred"}
     assert check_manifest(tmp_path) == []
+
+
+def test_solvers_conserve_the_sum_to_rounding() -> None:
+    from kit.sciml.solvers import initial_states, relative_drift, simulate
+
+    u0 = initial_states(3, 16, seed=1)
+    for pde in ("heat", "burgers"):
+        u = simulate(u0, pde)
+        assert relative_drift(u0, u).max() < 1e-14
+        assert np.abs(u - u0).mean() > 1e-2  # and they do evolve the field
+
+
+def test_untrained_fno_translation_equivariance_depends_on_the_embedding() -> None:
+    from kit.sciml.fno import embedding_effect
+
+    found = embedding_effect([[1, 0], [0, 3]])
+    assert found["none"] < 1e-6
+    assert found["grid"] > 1e-3

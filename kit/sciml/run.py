@@ -1,10 +1,13 @@
-"""``nox -s sciml`` (so far): the operator-floor subjects through gate, verdicts and ledger.
+"""``nox -s sciml`` (so far): operator floor, FV balance and FNO subjects through gate,
+verdicts and ledger.
 
 What runs today: the P1 divergence floor sweep (kit/sciml/operator_floor.py) decides the
 absolute-divergence card per resolution (numerically decidable only where the card's
 tolerance dominates the measured floor by its margin), and the flux-form finite-volume
-balance is admitted and executed as a conservation verdict. The FNO, PINN and
-MeshGraphNet subjects join this ledger as they land.
+balance is admitted and executed as a conservation verdict; the FNO subjects
+(kit/sciml/fno_study.py) add periodic translation and conservation verdicts, the rejected
+Dirichlet translation and the K=15 admission roster. The PINN and MeshGraphNet subjects
+join this ledger as they land.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from kit.sciml.cards import load_cards
+from kit.sciml.fno import Recipe
+from kit.sciml.fno_study import run_fno
 from kit.sciml.gate import Evidence, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.operator_floor import finite_volume_balance, sweep
@@ -28,9 +33,10 @@ NOTE = ("The paper's subjects were trained on public data out of reach here; the
         "generates, with the same cards, gate and verdict rules.")
 
 
-def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256
-              ) -> dict[str, Any]:
-    """Write the sweep, the FV balance and the verdict ledger under ``out``."""
+def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
+              fno_roster: int = 15, fno_seeds: int = 3, fno_recipe: Recipe | None = None,
+              cache: Path | None = None) -> dict[str, Any]:
+    """Write the sweep, the FV balance, the FNO study and the verdict ledger under ``out``."""
     cards = load_cards()
     floor = sweep(refinements)
     balance = finite_volume_balance(fv_cells)
@@ -60,7 +66,10 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256
     ledger.add(judge(fv["id"], f"grid-{fv_cells}", balance["imbalance"], tolerance,
                      floor=balance["floor"]))
 
+    fno_record = run_fno(ledger, cards, fno_seeds, fno_roster, fno_recipe, cache)
+
     out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "fno.json", canonical_json(fno_record))
     write_atomic(out / "operator_floor.json", canonical_json(
         {**floor, "absolute_tolerance": ABSOLUTE_TOLERANCE, "floor_margin": margin,
          "gate_per_resolution": per_resolution}))
