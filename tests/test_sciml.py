@@ -30,7 +30,7 @@ def holding(c: dict, **over: object) -> Evidence:
 
 def test_shipped_cards_validate() -> None:
     cards = load_cards()
-    assert len(cards) == 5
+    assert len(cards) == 8
     assert cards["p1-divergence-absolute"]["source_category"] == "conservation"
 
 
@@ -134,18 +134,24 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     import json
 
     from kit.sciml.fno import Recipe
+    from kit.sciml.pinn import Recipe as PinnRecipe
     from kit.sciml.run import run_sciml
     from kit.stages.common import check_manifest
 
     tiny = Recipe("heat", 0, modes=4, hidden=4, steps=3, batch=4, train_cases=8)
+    tiny_pinn = PinnRecipe("heat", 0, width=8, depth=1, steps=5, collocation=20)
     ledger = run_sciml(tmp_path, refinements=range(1, 5), fv_cells=32, fno_roster=2,
-                       fno_seeds=1, fno_recipe=tiny, cache=tmp_path / "cache")
+                       fno_seeds=1, fno_recipe=tiny, pinn_roster=2, pinn_recipe=tiny_pinn,
+                       cache=tmp_path / "cache")
     decisions = {d["card"]: d["decision"] for d in ledger["decisions"]}
     assert decisions == {"p1-divergence-absolute": "deferred",
                          "fv-flux-conservation": "retained-executable",
                          "fno-periodic-translation": "retained-executable",
                          "fno-periodic-conservation": "retained-executable",
-                         "fno-dirichlet-translation": "rejected"}
+                         "fno-dirichlet-translation": "rejected",
+                         "pinn-collocation-permutation": "retained-executable",
+                         "pinn-boundary-residual": "retained-executable",
+                         "pinn-reference-conservation": "retained-executable"}
     assert ledger["counts"]["fv-flux-conservation"] == {"pass": 1}
     # an FNO without positional embedding is shift-equivariant even untrained
     assert ledger["counts"]["fno-periodic-translation"] == {"pass": 2 * 4}
@@ -154,6 +160,11 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     assert fno["dirichlet_rejected"] == 2
     assert fno["embedding_effect"]["grid"] > 1e3 * fno["embedding_effect"]["none"]
     assert fno["roster"]["heat_admitted"]["n"] == 2
+    pinn = json.loads((tmp_path / "pinn.json").read_text())
+    assert ledger["counts"]["pinn-collocation-permutation"] == {"pass": 4}  # vacuous
+    assert pinn["summary"]["heat"]["mr_a"]["max_violation"] == 0.0
+    assert sum(ledger["counts"]["pinn-boundary-residual"].values()) == 4
+    assert -1 <= pinn["mr_b_comparison"]["cliffs_delta_heat_vs_burgers"] <= 1
     floor = json.loads((tmp_path / "operator_floor.json").read_text())
     assert {r["decision"] for r in floor["gate_per_resolution"]} == {"deferred"}
     assert check_manifest(tmp_path) == []

@@ -6,8 +6,9 @@ absolute-divergence card per resolution (numerically decidable only where the ca
 tolerance dominates the measured floor by its margin), and the flux-form finite-volume
 balance is admitted and executed as a conservation verdict; the FNO subjects
 (kit/sciml/fno_study.py) add periodic translation and conservation verdicts, the rejected
-Dirichlet translation and the K=15 admission roster. The PINN and MeshGraphNet subjects
-join this ledger as they land.
+Dirichlet translation and the K=15 admission roster; the PINN subjects
+(kit/sciml/pinn_study.py) add MR-A, MR-B and MR-C with their statistics. The MeshGraphNet
+subjects join this ledger as they land.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from kit.sciml import pinn
 from kit.sciml.cards import load_cards
 from kit.sciml.fno import Recipe
 from kit.sciml.fno_study import run_fno
 from kit.sciml.gate import Evidence, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.operator_floor import finite_volume_balance, sweep
+from kit.sciml.pinn_study import run_pinn
 from kit.sciml.verdicts import judge
 from kit.stages.common import write_manifest
 from kit.worker import canonical_json, write_atomic
@@ -35,6 +38,7 @@ NOTE = ("The paper's subjects were trained on public data out of reach here; the
 
 def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
               fno_roster: int = 15, fno_seeds: int = 3, fno_recipe: Recipe | None = None,
+              pinn_roster: int = 15, pinn_recipe: pinn.Recipe | None = None,
               cache: Path | None = None) -> dict[str, Any]:
     """Write the sweep, the FV balance, the FNO study and the verdict ledger under ``out``."""
     cards = load_cards()
@@ -70,6 +74,8 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
 
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "fno.json", canonical_json(fno_record))
+    pinn_record = run_pinn(ledger, cards, pinn_roster, pinn_recipe, cache)
+    write_atomic(out / "pinn.json", canonical_json(pinn_record))
     write_atomic(out / "operator_floor.json", canonical_json(
         {**floor, "absolute_tolerance": ABSOLUTE_TOLERANCE, "floor_margin": margin,
          "gate_per_resolution": per_resolution}))
