@@ -28,6 +28,12 @@ from jsonschema import Draft202012Validator
 
 from kit.errors import KitError
 from kit.recompute import RECOMPUTE, Evidence, Value
+from kit.recompute_sciml import RECOMPUTE_SCIML, SciEvidence
+
+FUNCTIONS = {**RECOMPUTE, **RECOMPUTE_SCIML}
+# Per study: how its evidence folder is read, and the file whose presence means "run here".
+STUDIES: dict[str, tuple[type[Evidence] | type[SciEvidence], str]] = {
+    "drift": (Evidence, "score/score.json"), "sciml": (SciEvidence, "ledger.json")}
 
 SCHEMA = Path(__file__).with_name("schemas") / "claim_ledger.schema.json"
 OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
@@ -51,7 +57,7 @@ def load_ledger(path: Path) -> dict[str, Any]:
         raise KitError(f"{path}: duplicate claim ids {duplicates}")
     for claim in ledger["claims"]:
         for spec in _specs(claim):
-            if spec["function"] not in RECOMPUTE:
+            if spec["function"] not in FUNCTIONS:
                 raise KitError(f"{path}: claim {claim['id']}: unknown function "
                                f"{spec['function']!r}")
         for substrate in claim.get("rules", {}):
@@ -67,10 +73,10 @@ def _specs(claim: dict[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def call(spec: dict[str, Any], evidence: Evidence) -> Value:
+def call(spec: dict[str, Any], evidence: Any) -> Value:
     """Run one named recompute function."""
     try:
-        return RECOMPUTE[spec["function"]](evidence, **spec.get("args", {}))
+        return FUNCTIONS[spec["function"]](evidence, **spec.get("args", {}))
     except KitError:
         raise
     except (KeyError, IndexError, TypeError, ValueError) as exc:
@@ -88,7 +94,7 @@ def _close(a: float, b: float, decimals: int) -> bool:
     return abs(a - b) <= 0.5 * 10.0 ** -decimals + 1e-9
 
 
-def decide(rule: dict[str, Any], value: Value, published: Any, evidence: Evidence
+def decide(rule: dict[str, Any], value: Value, published: Any, evidence: Any
            ) -> tuple[bool, str]:
     """(holds, what was compared) for one rule."""
     kind = rule["rule"]
@@ -153,6 +159,9 @@ class Outcome:
 def evaluate(ledger: dict[str, Any], root: Path) -> list[Outcome]:
     """Every claim on every substrate of the ledger; evidence folders relative to root."""
     outcomes = []
+    if ledger["study"] not in STUDIES:
+        raise KitError(f"ledger of unknown study {ledger['study']!r}; studies: {sorted(STUDIES)}")
+    reader, marker = STUDIES[ledger["study"]]
     present = {name: (root / s["evidence"]) for name, s in ledger["substrates"].items()}
     for claim in ledger["claims"]:
         if not claim.get("rules"):
@@ -161,12 +170,12 @@ def evaluate(ledger: dict[str, Any], root: Path) -> list[Outcome]:
             continue
         for substrate, rule in claim["rules"].items():
             folder = present[substrate]
-            if not (folder / "score" / "score.json").is_file():
+            if not (folder / marker).is_file():
                 outcomes.append(Outcome(claim["id"], substrate, claim["published"], "-",
                                         rule["rule"], "not run here",
                                         f"no {substrate} evidence in {folder}"))
                 continue
-            evidence = _evidence(folder)
+            evidence = _evidence(folder, reader)
             value = call(rule.get("compute", claim["compute"]), evidence)
             holds, shown = decide(rule, value, claim.get("value"), evidence)
             outcomes.append(Outcome(claim["id"], substrate, claim["published"], _show(value),
@@ -175,12 +184,12 @@ def evaluate(ledger: dict[str, Any], root: Path) -> list[Outcome]:
     return outcomes
 
 
-_CACHE: dict[Path, Evidence] = {}
+_CACHE: dict[Path, Any] = {}
 
 
-def _evidence(folder: Path) -> Evidence:
+def _evidence(folder: Path, reader: Any) -> Any:
     if folder not in _CACHE:
-        _CACHE[folder] = Evidence(folder)
+        _CACHE[folder] = reader(folder)
     return _CACHE[folder]
 
 

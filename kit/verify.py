@@ -125,6 +125,12 @@ def check_schemas(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
     for ledger in ledgers:
         for substrate in ledger["substrates"].values():
             folder = root / substrate["evidence"]
+            if ledger["study"] == "sciml":
+                verdicts = folder / "ledger.json"
+                if verdicts.is_file():
+                    _validate(_read_json(verdicts), "verdict_ledger.schema.json", verdicts)
+                    checked.append(str(verdicts))
+                continue
             record = folder / "score" / "score.json"
             if not record.is_file():
                 continue
@@ -138,12 +144,24 @@ def check_schemas(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
     return checked
 
 
+SCIML_SHIPPED = ("ledger.json", "operator_floor.json", "fv_balance.json", "fno.json",
+                 "pinn.json")
+
+
 def ship(run: Path, study: str = "drift", root: Path = ROOT) -> Path:
-    """Copy a finished run's evidence into ``claims/<study>/evidence/<substrate>``."""
+    """Copy a finished run's evidence into ``claims/<study>/evidence/<substrate>``
+    (a SciML run folder, recognised by its ``ledger.json``, goes to ``claims/sciml``)."""
+    if (run / "ledger.json").is_file() and not (run / "fetch").is_dir():
+        return _ship_files(run, root / "claims" / "sciml" / "evidence" / "kit",
+                           list(SCIML_SHIPPED), root)
     substrate = str(_read_json(run / "fetch" / "fetch.json")["substrate"])
     target = root / "claims" / study / "evidence" / substrate
     record = _read_json(run / "score" / "score.json")
     names = list(SHIPPED) + [d["path"] for d in record["tables"].values()]
+    return _ship_files(run, target, names, root)
+
+
+def _ship_files(run: Path, target: Path, names: list[str], root: Path) -> Path:
     staging = target.with_name(target.name + ".tmp")
     if staging.exists():
         shutil.rmtree(staging)
