@@ -168,6 +168,23 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     floor = json.loads((tmp_path / "operator_floor.json").read_text())
     assert {r["decision"] for r in floor["gate_per_resolution"]} == {"deferred"}
     assert check_manifest(tmp_path) == []
+    recomputed_claims_agree_with_the_run(tmp_path, fno, pinn)
+
+
+def recomputed_claims_agree_with_the_run(run: Path, fno: dict, pinn: dict) -> None:
+    import json
+
+    from kit.recompute_sciml import RECOMPUTE_SCIML, SciEvidence
+
+    ev = SciEvidence(run)
+    floor = json.loads((run / "operator_floor.json").read_text())
+    assert RECOMPUTE_SCIML["sciml.floor_fit"](ev, stat="slope") == floor["slope"]
+    assert RECOMPUTE_SCIML["sciml.fno_translation_passes"](ev) == 8
+    assert RECOMPUTE_SCIML["sciml.fno_dirichlet_rejected"](ev) == fno["dirichlet_rejected"]
+    assert RECOMPUTE_SCIML["sciml.pinn_passes"](ev, relation="mr_b", pde="heat") == \
+        pinn["summary"]["heat"]["mr_b"]["passes"]
+    assert RECOMPUTE_SCIML["sciml.pinn_mean_ci"](ev, relation="mr_c", pde="heat") == \
+        pinn["summary"]["heat"]["mr_c"]["mean_ratio_ci95"]
 
 
 def test_solvers_conserve_the_sum_to_rounding() -> None:
