@@ -51,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--replay", action="store_true",
                         help="rerun the pipeline (or --stages) into a fresh folder, compare bytes")
     verify.add_argument("--stages", nargs="+", help="stages to replay (default: all)")
+    verify.add_argument("--compare", nargs=2, type=Path, metavar=("FIRST", "REPLAY"),
+                        help="only compare two finished run folders (writes FIRST/replay.json)")
     verify.add_argument("--run", type=Path, help="first run folder (default runs/<substrate>)")
     verify.add_argument("--substrate", choices=["digits", "cifar100"])
     verify.add_argument("--backend", choices=["docker", "venv"])
@@ -61,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _replay(args: argparse.Namespace) -> int:
     from kit.protocol import PROTOCOL, load_protocol
-    from kit.replay import compare_runs, prepare, write_report
+    from kit.replay import prepare
     from kit.stages.common import default_run
     from kit.stages.pipeline import STAGES, reproduce
 
@@ -75,6 +77,12 @@ def _replay(args: argparse.Namespace) -> int:
     prepare(first, target, stages, STAGES)
     ordered = tuple(s for s in STAGES if s in stages)
     reproduce(ordered, substrate=substrate, run_dir=target, backend=args.backend)
+    return _report_replay(first, target)
+
+
+def _report_replay(first: Path, target: Path) -> int:
+    from kit.replay import compare_runs, write_report
+
     report = compare_runs(first, target)
     path = write_report(first, report)
     print(json.dumps({k: v for k, v in report.items() if k != "differing"}, indent=1))
@@ -107,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(reproduce(**options))
         elif args.command == "verify":
+            if args.compare:
+                return _report_replay(*args.compare)
             if args.replay:
                 return _replay(args)
             from kit.verify import verify
