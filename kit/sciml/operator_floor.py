@@ -149,7 +149,7 @@ def l2(values: Array, area: Array) -> float:
 def loglog_fit(h: list[float], floor: list[float]) -> dict[str, Any]:
     """Slope of log floor on log h with its 95% t interval and R^2 (scipy linregress)."""
     fit = stats.linregress(np.log(h), np.log(floor))
-    t = stats.t.ppf(0.975, len(h) - 2)
+    t = stats.t.ppf(1 - 0.05 / 2, len(h) - 2)  # two-sided 95%
     return {"slope": float(fit.slope),
             "slope_ci95": [float(fit.slope - t * fit.stderr), float(fit.slope + t * fit.stderr)],
             "r_squared": float(fit.rvalue**2)}
