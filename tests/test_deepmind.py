@@ -1,0 +1,63 @@
+"""The cylinder_flow TFRecord loader, on small files the test writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kit.errors import KitError
+from kit.sciml.deepmind import read_meta, trajectories, write_dataset
+
+META = {"simulator": "test", "dt": 0.01, "trajectory_length": 3,
+        "field_names": ["cells", "mesh_pos", "node_type", "velocity", "pressure"],
+        "features": {
+            "cells": {"type": "static", "shape": [1, -1, 3], "dtype": "int32"},
+            "mesh_pos": {"type": "static", "shape": [1, -1, 2], "dtype": "float32"},
+            "node_type": {"type": "static", "shape": [1, -1, 1], "dtype": "int32"},
+            "velocity": {"type": "dynamic", "shape": [3, -1, 2], "dtype": "float32"},
+            "pressure": {"type": "dynamic", "shape": [3, -1, 1], "dtype": "float32"}}}
+
+
+def sample(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"cells": np.tile(np.array([[[0, 1, 2], [1, 2, 3]]]), (3, 1, 1)),
+            "mesh_pos": np.tile(rng.normal(size=(1, 4, 2)), (3, 1, 1)),
+            "node_type": np.tile(np.array([[[0], [4], [5], [6]]]), (3, 1, 1)),
+            "velocity": rng.normal(size=(3, 4, 2)), "pressure": rng.normal(size=(3, 4, 1))}
+
+
+def test_round_trip_of_two_trajectories(tmp_path: Path) -> None:
+    written = [sample(0), sample(1)]
+    write_dataset(tmp_path, "valid", written, META)
+    found = list(trajectories(tmp_path, "valid"))
+    assert len(found) == 2
+    for got, want in zip(found, written, strict=True):
+        for name in META["field_names"]:
+            np.testing.assert_array_equal(got[name], want[name].astype(got[name].dtype))
+        assert got["velocity"].shape == (3, 4, 2)
+        assert got["cells"].dtype == np.int32
+
+
+def test_bad_inputs_name_the_file(tmp_path: Path) -> None:
+    write_dataset(tmp_path, "train", [sample(0)], META)
+    with pytest.raises(KitError, match="no such split"):
+        list(trajectories(tmp_path, "test"))
+    record = tmp_path / "train.tfrecord"
+    data = bytearray(record.read_bytes())
+    data[40] ^= 0xFF
+    record.write_bytes(bytes(data))
+    with pytest.raises(KitError, match=r"train\.tfrecord: record 0: payload CRC mismatch"):
+        list(trajectories(tmp_path, "train"))
+    (tmp_path / "meta.json").write_text("{}")
+    with pytest.raises(KitError, match="missing 'field_names'"):
+        read_meta(tmp_path)
+
+
+def test_a_wrong_frame_count_is_refused(tmp_path: Path) -> None:
+    meta = {**META, "trajectory_length": 4}
+    write_dataset(tmp_path, "train", [sample(0)], {**META})
+    (tmp_path / "meta.json").write_text(__import__("json").dumps(meta))
+    with pytest.raises(KitError, match="frames"):
+        list(trajectories(tmp_path, "train"))
