@@ -87,6 +87,11 @@ def _run(cmd: list[str], what: str) -> None:
                                 + failure_tail(proc))
 
 
+# Pure-Python packages published only as source archives: pinned by the sdist's sha256 in
+# the lock and built here; every other package must come as a wheel.
+SOURCE_ONLY = ("phiflow", "phiml", "tfrecord")
+
+
 def ensure_venv(path: Path, lock: Path, editable: Path | None = None,
                 python: str = sys.executable) -> Path:
     """Build ``path`` from ``lock`` with ``--require-hashes`` unless it is current;
@@ -104,7 +109,8 @@ def ensure_venv(path: Path, lock: Path, editable: Path | None = None,
     _run([python, "-m", "venv", str(path)], f"creating {path}")
     pip = [str(venv_python(path)), "-m", "pip", "install", "--quiet",
            "--disable-pip-version-check", "--no-input"]
-    _run([*pip, "--require-hashes", "--no-deps", "--only-binary", ":all:", "-r", str(lock)],
+    _run([*pip, "--require-hashes", "--no-deps", "--only-binary", ":all:",
+          "--no-binary", ",".join(SOURCE_ONLY), "-r", str(lock)],
          f"installing {lock} into {path}")
     if editable is not None:
         _run([*pip, "--no-deps", "--no-build-isolation", "-e", str(editable)],
