@@ -30,7 +30,7 @@ def holding(c: dict, **over: object) -> Evidence:
 
 def test_shipped_cards_validate() -> None:
     cards = load_cards()
-    assert len(cards) == 8
+    assert len(cards) == 10
     assert cards["p1-divergence-absolute"]["source_category"] == "conservation"
 
 
@@ -140,9 +140,14 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
 
     tiny = Recipe("heat", 0, modes=4, hidden=4, steps=3, batch=4, train_cases=8)
     tiny_pinn = PinnRecipe("heat", 0, width=8, depth=1, steps=5, collocation=20)
+    from kit.sciml.cylinder import Flow
+    from kit.sciml.mgn_study import Subject
+
     ledger = run_sciml(tmp_path, refinements=range(1, 5), fv_cells=32, fno_roster=2,
                        fno_seeds=1, fno_recipe=tiny, pinn_roster=2, pinn_recipe=tiny_pinn,
-                       cache=tmp_path / "cache")
+                       mgn_roster=1, mgn_flow=Flow(nx=32, ny=16, spinup=2, frames=3, stride=1),
+                       mgn_subject=Subject(0, latent=8, steps=1, train_steps=2),
+                       mgn_permutations=2, cache=tmp_path / "cache")
     decisions = {d["card"]: d["decision"] for d in ledger["decisions"]}
     assert decisions == {"p1-divergence-absolute": "deferred",
                          "fv-flux-conservation": "retained-executable",
@@ -151,7 +156,9 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
                          "fno-dirichlet-translation": "rejected",
                          "pinn-collocation-permutation": "retained-executable",
                          "pinn-boundary-residual": "retained-executable",
-                         "pinn-reference-conservation": "retained-executable"}
+                         "pinn-reference-conservation": "retained-executable",
+                         "mgn-node-permutation": "retained-executable",
+                         "mgn-mirror-y": "retained-as-OOD-stress"}
     assert ledger["counts"]["fv-flux-conservation"] == {"pass": 1}
     # an FNO without positional embedding is shift-equivariant even untrained
     assert ledger["counts"]["fno-periodic-translation"] == {"pass": 2 * 4}
@@ -165,6 +172,10 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     assert pinn["summary"]["heat"]["mr_a"]["max_violation"] == 0.0
     assert sum(ledger["counts"]["pinn-boundary-residual"].values()) == 4
     assert -1 <= pinn["mr_b_comparison"]["cliffs_delta_heat_vs_burgers"] <= 1
+    mgn = json.loads((tmp_path / "mgn.json").read_text())
+    assert ledger["counts"]["mgn-node-permutation"] == {"pass": 2 * len(mgn["heldout_frames"])}
+    assert set(ledger["counts"]["mgn-mirror-y"]) == {"out-of-relation-domain"}
+    assert mgn["mirror_domain_score"] > 0.5
     floor = json.loads((tmp_path / "operator_floor.json").read_text())
     assert {r["decision"] for r in floor["gate_per_resolution"]} == {"deferred"}
     assert check_manifest(tmp_path) == []

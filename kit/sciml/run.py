@@ -7,8 +7,9 @@ tolerance dominates the measured floor by its margin), and the flux-form finite-
 balance is admitted and executed as a conservation verdict; the FNO subjects
 (kit/sciml/fno_study.py) add periodic translation and conservation verdicts, the rejected
 Dirichlet translation and the K=15 admission roster; the PINN subjects
-(kit/sciml/pinn_study.py) add MR-A, MR-B and MR-C with their statistics. The MeshGraphNet
-subjects join this ledger as they land.
+(kit/sciml/pinn_study.py) add MR-A, MR-B and MR-C with their statistics; the first
+MeshGraphNet slice (kit/sciml/mgn_study.py) adds node permutation and the mirror-y OOD
+probe on the simulated cylinder flow.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import numpy as np
 
 from kit.sciml import pinn
 from kit.sciml.cards import load_cards
+from kit.sciml.cylinder import Flow
 from kit.sciml.fno import Recipe
 from kit.sciml.fno_study import run_fno
 from kit.sciml.gate import Evidence, decide
 from kit.sciml.ledger import Ledger
+from kit.sciml.mgn_study import Subject, run_mgn
 from kit.sciml.operator_floor import finite_volume_balance, sweep
 from kit.sciml.pinn_study import run_pinn
 from kit.sciml.verdicts import judge
@@ -39,6 +42,8 @@ NOTE = ("The paper's subjects were trained on public data out of reach here; the
 def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
               fno_roster: int = 15, fno_seeds: int = 3, fno_recipe: Recipe | None = None,
               pinn_roster: int = 15, pinn_recipe: pinn.Recipe | None = None,
+              mgn_roster: int = 6, mgn_flow: Flow | None = None,
+              mgn_subject: Subject | None = None, mgn_permutations: int = 5,
               cache: Path | None = None) -> dict[str, Any]:
     """Write the sweep, the FV balance, the FNO study and the verdict ledger under ``out``."""
     cards = load_cards()
@@ -76,6 +81,9 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
     write_atomic(out / "fno.json", canonical_json(fno_record))
     pinn_record = run_pinn(ledger, cards, pinn_roster, pinn_recipe, cache)
     write_atomic(out / "pinn.json", canonical_json(pinn_record))
+    mgn_record = run_mgn(ledger, cards, mgn_roster, mgn_permutations, mgn_flow, mgn_subject,
+                         cache)
+    write_atomic(out / "mgn.json", canonical_json(mgn_record))
     write_atomic(out / "operator_floor.json", canonical_json(
         {**floor, "absolute_tolerance": ABSOLUTE_TOLERANCE, "floor_margin": margin,
          "gate_per_resolution": per_resolution}))
