@@ -38,57 +38,30 @@ def images(session: nox.Session) -> None:
     session.run(_python(), "-m", "kit", "images", *session.posargs, external=True)
 
 
-def _stage(session: nox.Session, *names: str) -> None:
-    for name in names:
+# One session per drift stage: ``nox -s NAME -- [--substrate S] [--run DIR] ...`` runs
+# ``python -m kit stage NAME``. The docstring is what ``nox -l`` shows.
+STAGE_SESSIONS = {
+    "fetch": "Drift stage fetch: digits (default, trains the 3 models) or -- --substrate cifar100.",
+    "split": "Drift stage split: the 600-image sample and every image condition.",
+    "fault": "Drift stage fault: severities from calibration, the 54 faulty models.",
+    "infer": "Drift stage infer: every model, runtime cell and image condition (resumable).",
+    "score": "Drift stage score: per-case evidence tables, calibration, localisation, summary.",
+    "bootstrap": "Drift stage bootstrap: 500 fixed-threshold and 5,000 nested replicates.",
+    "sensitivity": "Drift stage sensitivity: the rotation grid on the 150/150 split.",
+    "report": "Tables 1-4 (markdown, CSV), figures and an HTML page under <run>/report.",
+}
+
+
+def _stage_session(name: str, doc: str) -> None:
+    def run(session: nox.Session) -> None:
         session.run(_python(), "-m", "kit", "stage", name, *session.posargs, external=True)
 
-
-@nox.session
-def fetch(session: nox.Session) -> None:
-    """Drift stage fetch: digits (default, trains the 3 models) or -- --substrate cifar100."""
-    _stage(session, "fetch")
+    run.__doc__, run.__name__ = doc, name
+    nox.session(name=name)(run)
 
 
-@nox.session
-def split(session: nox.Session) -> None:
-    """Drift stage split: the 600-image sample and every image condition."""
-    _stage(session, "split")
-
-
-@nox.session
-def fault(session: nox.Session) -> None:
-    """Drift stage fault: severities from calibration, the 54 faulty models."""
-    _stage(session, "fault")
-
-
-@nox.session
-def infer(session: nox.Session) -> None:
-    """Drift stage infer: every model, runtime cell and image condition (resumable)."""
-    _stage(session, "infer")
-
-
-@nox.session
-def score(session: nox.Session) -> None:
-    """Drift stage score: per-case evidence tables, calibration, localisation, summary."""
-    _stage(session, "score")
-
-
-@nox.session
-def bootstrap(session: nox.Session) -> None:
-    """Drift stage bootstrap: 500 fixed-threshold and 5,000 nested replicates."""
-    _stage(session, "bootstrap")
-
-
-@nox.session
-def sensitivity(session: nox.Session) -> None:
-    """Drift stage sensitivity: the rotation grid on the 150/150 split."""
-    _stage(session, "sensitivity")
-
-
-@nox.session
-def report(session: nox.Session) -> None:
-    """Tables 1-4 (markdown, CSV), figures and an HTML page under <run>/report."""
-    _stage(session, "report")
+for _name, _doc in STAGE_SESSIONS.items():
+    _stage_session(_name, _doc)
 
 
 @nox.session
@@ -105,7 +78,7 @@ def verify(session: nox.Session) -> None:
 
 @nox.session
 def sciml(session: nox.Session) -> None:
-    """SciML study (so far: operator-floor sweep, FV conservation, gate and ledger)."""
+    """SciML study: operator floor, FV balance, FNO, PINN and the first MeshGraphNet slice."""
     session.run(_python(), "-c", "from kit.runtimes import ROOT; from kit.sciml.run import "
                 "run_sciml; run_sciml(ROOT / 'runs' / 'sciml')", external=True)
 

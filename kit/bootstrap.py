@@ -31,7 +31,7 @@ from kit.calibrate import (
 )
 from kit.detectors import COLUMN, DETECTORS
 from kit.errors import KitError
-from kit.localise import KINDS, normalised, resampled_normalisers
+from kit.localise import KINDS, TOP_K, resampled_normalisers, true_layer_rank
 
 Array = np.ndarray[Any, Any]
 DECISION_BASELINES = ("direct", "mixed")  # the frozen rule: metamorphic against both
@@ -223,13 +223,11 @@ def localisation_replicates(table: Table, layers: dict[str, Array], models: list
             faults = scores[fault]
             for start in range(0, replicates, chunk):
                 part = slice(start, start + chunk)
-                ratio = normalised(faults[None], norms[part][:, None, :])
-                true = np.take_along_axis(ratio, np.broadcast_to(
-                    truth[None, :, None], (*ratio.shape[:2], 1)).astype(np.int64), axis=-1)
-                rank = (ratio >= true).sum(-1).astype(np.float32)
+                rank = true_layer_rank(faults[None], norms[part][:, None, :],
+                                       truth.astype(np.int64)).astype(np.float32)
                 w = weights[part]
                 sums[f"{kind}/top1"][part] += (w * (rank == 1)).sum(1)
-                sums[f"{kind}/top3"][part] += (w * (rank <= 3)).sum(1)
+                sums[f"{kind}/top3"][part] += (w * (rank <= TOP_K)).sum(1)
                 sums[f"{kind}/mrr"][part] += (w / rank).sum(1)
     return {key: value / total for key, value in sums.items()}
 

@@ -74,11 +74,9 @@ class Evidence:
         return self._tables(name)
 
     def _tables(self, name: str) -> dict[str, Array]:
-        cache = self.__dict__.setdefault("_table_cache", {})
-        if name not in cache:
-            described = self.record["tables"][name]
-            cache[name] = read_table(self.root / described["path"], described)
-        return cache[name]  # type: ignore[no-any-return]
+        described = self.record["tables"][name]
+        return self.memo(f"table/{name}",  # type: ignore[no-any-return]
+                         lambda: read_table(self.root / described["path"], described))
 
     def _checked_npz(self, key: str) -> dict[str, Array]:
         entry = self.record[key]
@@ -122,17 +120,19 @@ class Evidence:
                          if r["role"] == role], np.int64)
 
     def bootstrap(self, which: str) -> dict[str, Array]:
-        cache = self.__dict__.setdefault("_boot_cache", {})
-        if which not in cache:
-            boot, seeds = self.protocol["bootstrap"], self.protocol["seeds"]
-            nested = which == "nested"
+        """The fixed or nested replicates recomputed with the protocol's seeds."""
+        boot, seeds = self.protocol["bootstrap"], self.protocol["seeds"]
+        nested = which == "nested"
+
+        def compute() -> dict[str, Array]:
             reps = engine.detection_replicates(
                 self.table(), self.images("calibration"), self.images("heldout"),
                 boot["nested_replicates" if nested else "fixed_replicates"],
                 seeds["bootstrap_nested" if nested else "bootstrap_fixed"], nested,
                 self.quantile, self.protocol["calibration"]["matched_fpr"])
-            cache[which] = {**reps, **engine.differences(reps)}
-        return cache[which]  # type: ignore[no-any-return]
+            return {**reps, **engine.differences(reps)}
+
+        return self.memo(f"bootstrap/{which}", compute)  # type: ignore[no-any-return]
 
 
 def _pct(x: float) -> float:
@@ -360,8 +360,9 @@ def replay(ev: Evidence, what: str = "identical") -> Value:
     return bool(found["first_manifest_ok"] and found["replay_manifest_ok"])
 
 
-def constant(ev: Evidence, value: Value) -> Value:
-    """A bound the ledger states (never a result): for rules such as 'below 10 x'."""
+def constant(ev: Any, value: Value) -> Value:
+    """A bound the ledger states (never a result): for rules such as 'below 10 x'.
+    Both studies' ledgers name it (``drift.constant``, ``sciml.constant_value``)."""
     del ev
     return value
 

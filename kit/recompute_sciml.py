@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from kit.errors import KitError
+from kit.recompute import constant
 from kit.sciml.operator_floor import loglog_fit
 from kit.sciml.pinn import PDES as PINN_PDES
 from kit.sciml.stats import bootstrap_mean_ci, cliffs_delta, wilcoxon, wilson
@@ -189,16 +190,9 @@ def pinn_mr_a_vacuous(ev: SciEvidence) -> Value:
     return all(s["mr_a_violation"] == 0.0 for s in ev.json("pinn.json")["subjects"])
 
 
-def constant_value(ev: SciEvidence, value: Value) -> Value:
-    """A bound the ledger states (never a result)."""
-    del ev
-    return value
-
-
 RECOMPUTE_SCIML: dict[str, Callable[..., Value]] = {
-    f"sciml.{fn.__name__}": fn for fn in (
+    "sciml.constant_value": constant, **{f"sciml.{fn.__name__}": fn for fn in (
         floor_fit, floor_bound_dominates, floor_predictor_error, fno_checkpoints, fno_cases,
         fno_translation_passes, fno_translation_max, fno_conservation_failures,
         fno_dirichlet_rejected, fno_roster, pinn_roster, pinn_passes, pinn_failures,
-        pinn_wilson, pinn_mean, pinn_mean_ci, pinn_compare, pinn_mr_a_vacuous, domain_max,
-        constant_value)}
+        pinn_wilson, pinn_mean, pinn_mean_ci, pinn_compare, pinn_mr_a_vacuous, domain_max)}}

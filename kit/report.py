@@ -57,7 +57,7 @@ def tables(score: dict[str, Any], boot: dict[str, Any], sens: dict[str, Any]
                         ("direct", "Direct activation scoring"),
                         ("maximum", "Two-input activation maximum"))])
     rows = []
-    for key, row in sens.items():
+    for row in sens.values():
         top1 = row.get("top1", {})
         rows.append([f"{row['condition']} ({row['split']})", pct(row["metamorphic"]["tpr"]["rate"]),
                      pct(row["direct"]["tpr"]["rate"]), f"{row['difference_pts']:.2f} pts",
@@ -65,7 +65,6 @@ def tables(score: dict[str, Any], boot: dict[str, Any], sens: dict[str, Any]
                      pct(top1["metamorphic"]) if top1 else "",
                      pct(top1["direct"]) if top1 else "",
                      pct(row["reference_stability"]["rate"])])
-        del key
     found["table4"] = (["Rotation condition", "Metamorphic TPR", "Direct TPR", "Difference",
                         "Metamorphic FPR", "Direct FPR", "Metamorphic top-1", "Direct top-1",
                         "Reference stability"], rows)

@@ -69,25 +69,32 @@ def asset_pins() -> dict[str, Any]:
 
 
 def evidence_files(root: Path) -> list[Path]:
-    """Every file under ``claims/`` (ledgers and shipped evidence), sorted."""
-    return sorted(p for p in (root / "claims").rglob("*") if p.is_file())
+    """Every file under ``claims/`` (ledgers and shipped evidence, not the README), sorted."""
+    return sorted(p for p in (root / "claims").rglob("*")
+                  if p.is_file() and p.name != "README.md")
+
+
+def lock_files(root: Path) -> list[Path]:
+    """The lock files and their ``.in`` sources, sorted."""
+    return sorted(p for p in (root / "locks").glob("*") if p.suffix in (".lock", ".in"))
+
+
+# Each sha256 manifest and the files it must list, exactly.
+LISTED = {EVIDENCE_MANIFEST: evidence_files, LOCKS_MANIFEST: lock_files}
 
 
 def write_manifests(root: Path = ROOT) -> None:
     """Rewrite the evidence, lock and asset manifests from what is on disk."""
-    files = {p.relative_to(root).as_posix(): sha256_file(p) for p in evidence_files(root)
-             if p.name != "README.md"}
-    write_atomic(root / EVIDENCE_MANIFEST, canonical_json({"files": files}))
-    locks = {p.relative_to(root).as_posix(): sha256_file(p)
-             for p in sorted((root / "locks").glob("*")) if p.suffix in (".lock", ".in")}
-    write_atomic(root / LOCKS_MANIFEST, canonical_json({"files": locks}))
+    for manifest, files in LISTED.items():
+        listed = {p.relative_to(root).as_posix(): sha256_file(p) for p in files(root)}
+        write_atomic(root / manifest, canonical_json({"files": listed}))
     write_atomic(root / ASSETS_MANIFEST, canonical_json(asset_pins()))
 
 
 def check_manifests(root: Path) -> list[str]:
     """Problems with the manifests (empty when every entry checks out)."""
     problems = []
-    for manifest in (EVIDENCE_MANIFEST, LOCKS_MANIFEST):
+    for manifest, files in LISTED.items():
         path = root / manifest
         if not path.is_file():
             problems.append(f"{path}: manifest missing")
@@ -100,16 +107,9 @@ def check_manifests(root: Path) -> list[str]:
                 problems.append(f"{target}: listed in {manifest} but missing")
             elif sha256_file(target) != digest:
                 problems.append(f"{target}: sha256 differs from {manifest}")
-        if manifest == EVIDENCE_MANIFEST:
-            present = {p.relative_to(root).as_posix() for p in evidence_files(root)
-                       if p.name != "README.md"}
-            problems += [f"{root / n}: present but not listed in {manifest}"
-                         for n in sorted(present - set(listed["files"]))]
-        else:
-            present = {p.relative_to(root).as_posix() for p in (root / "locks").glob("*")
-                       if p.suffix in (".lock", ".in")}
-            problems += [f"{root / n}: present but not listed in {manifest}"
-                         for n in sorted(present - set(listed["files"]))]
+        present = {p.relative_to(root).as_posix() for p in files(root)}
+        problems += [f"{root / n}: present but not listed in {manifest}"
+                     for n in sorted(present - set(listed["files"]))]
     path = root / ASSETS_MANIFEST
     if not path.is_file():
         problems.append(f"{path}: manifest missing")

@@ -12,16 +12,14 @@ source, since one trajectory takes minutes.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kit.sciml.checkpoints import cached_path, content_key
 from kit.sciml.meshes import HEIGHT, LENGTH, Mesh, cylinder_mesh
-from kit.venvs import cache_dir
 from kit.worker import read_npz, write_npz
 
 Array = np.ndarray[Any, Any]
@@ -41,11 +39,6 @@ class Flow:
     stride: int = 5
     centre: tuple[float, float] = (0.33, 0.22)
     radius: float = 0.05
-
-
-def _key(flow: Flow) -> str:
-    payload = json.dumps(asdict(flow), sort_keys=True).encode() + Path(__file__).read_bytes()
-    return hashlib.sha256(payload).hexdigest()[:20]
 
 
 def simulate_grid(flow: Flow) -> dict[str, Array]:
@@ -91,7 +84,7 @@ def to_mesh(grid: dict[str, Array], flow: Flow, mesh: Mesh) -> dict[str, Array]:
 
 def trajectory(flow: Flow, cache: Path | None = None) -> dict[str, Array]:
     """One trajectory on the cylinder mesh (cached)."""
-    path = (cache or cache_dir()) / "sciml-cylinder" / f"{_key(flow)}.npz"
+    path = cached_path("cylinder", content_key(flow, (Path(__file__),)), cache, ".npz")
     if path.is_file():
         return read_npz(path)
     mesh = cylinder_mesh(flow.centre, flow.radius)

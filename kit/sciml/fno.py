@@ -16,18 +16,14 @@ Relations measured per (checkpoint, held-out case):
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kit.sciml import checkpoints
 from kit.sciml.solvers import initial_states, relative_drift, simulate
-from kit.venvs import cache_dir
-from kit.worker import write_atomic
 
 Array = np.ndarray[Any, Any]
 GRID = 32
@@ -70,10 +66,7 @@ def build(recipe: Recipe) -> Any:
                in_channels=1, out_channels=1, positional_embedding=recipe.embedding)
 
 
-def _key(recipe: Recipe) -> str:
-    source = b"".join(Path(__file__).with_name(n).read_bytes() for n in ("fno.py", "solvers.py"))
-    payload = json.dumps(asdict(recipe), sort_keys=True).encode() + source
-    return hashlib.sha256(payload).hexdigest()[:20]
+SOURCES = (Path(__file__), Path(__file__).with_name("solvers.py"))
 
 
 def train(recipe: Recipe, cache: Path | None = None) -> tuple[Any, dict[str, Any]]:
@@ -81,11 +74,11 @@ def train(recipe: Recipe, cache: Path | None = None) -> tuple[Any, dict[str, Any
     import torch
 
     torch.set_num_threads(1)
-    folder = (cache or cache_dir()) / "sciml-fno"
-    path = folder / f"{recipe.pde}-{recipe.seed}-{_key(recipe)}.pt"
+    path = checkpoints.cached_path(
+        "fno", f"{recipe.pde}-{recipe.seed}-{checkpoints.content_key(recipe, SOURCES)}", cache)
     model = build(recipe)
-    if path.is_file():
-        state = torch.load(path, weights_only=True)
+    state = checkpoints.load(path)
+    if state is not None:
         model.load_state_dict(state["model"])
         return model.eval(), {"cached": True, "final_loss": float(state["final_loss"])}
     u0, target = dataset(recipe.pde, recipe.train_cases, recipe.data_seed)
@@ -104,9 +97,7 @@ def train(recipe: Recipe, cache: Path | None = None) -> tuple[Any, dict[str, Any
         loss.backward()
         optimiser.step()
         schedule.step()
-    buffer = io.BytesIO()
-    torch.save({"model": model.state_dict(), "final_loss": float(loss.detach())}, buffer)
-    write_atomic(path, buffer.getvalue())
+    checkpoints.save(path, model, final_loss=float(loss.detach()))
     return model.eval(), {"cached": False, "final_loss": float(loss.detach())}
 
 

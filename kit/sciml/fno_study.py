@@ -15,6 +15,7 @@ the reference solver's own drift and the float32 rounding of the reference's sum
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ def run_fno(ledger: Ledger, cards: dict[str, dict[str, Any]], seeds_per_pde: int
         admitted = []
         for seed in range(roster):
             model, trained = fno.train(
-                fno.Recipe(**{**base.__dict__, "pde": pde, "seed": seed}), cache)
+                replace(base, pde=pde, seed=seed), cache)
             models[(pde, seed)] = model
             u0, _ = fno.heldout(pde)
             found = fno.translation(model, u0, shifts)

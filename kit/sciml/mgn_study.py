@@ -16,23 +16,20 @@ permutation and mirror-y on the asymmetric cylinder mesh, and one-step accuracy.
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from kit.sciml import checkpoints
 from kit.sciml.cylinder import Flow, trajectory
 from kit.sciml.gate import APPROXIMATE, HOLDS, Evidence, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.meshes import HEIGHT, Mesh, placement_mismatch
 from kit.sciml.mgn import build, directed_edges, permute_graph
 from kit.sciml.verdicts import domain_score, judge
-from kit.venvs import cache_dir
-from kit.worker import write_atomic
 
 Array = np.ndarray[Any, Any]
 PERMUTATION_TOLERANCE = 1.0e-5
@@ -49,11 +46,11 @@ class Subject:
 
 def roster_subjects(roster: int, base: Subject) -> list[Subject]:
     """4 seeds at the base size, then one wider and one deeper (for roster 6)."""
-    subjects = [Subject(**{**asdict(base), "seed": s}) for s in range(min(roster, 4))]
+    subjects = [replace(base, seed=s) for s in range(min(roster, 4))]
     if roster > 4:
-        subjects.append(Subject(**{**asdict(base), "seed": 4, "latent": base.latent * 3 // 2}))
+        subjects.append(replace(base, seed=4, latent=base.latent * 3 // 2))
     if roster > 5:
-        subjects.append(Subject(**{**asdict(base), "seed": 5, "steps": base.steps + 4}))
+        subjects.append(replace(base, seed=5, steps=base.steps + 4))
     return subjects
 
 
@@ -71,14 +68,13 @@ def train(subject: Subject, data: dict[str, Array], train_frames: int, key: str,
     import torch
 
     torch.set_num_threads(1)
-    source = b"".join(Path(__file__).with_name(n).read_bytes() for n in ("mgn.py",
-                                                                          "mgn_study.py"))
-    digest = hashlib.sha256(json.dumps(asdict(subject), sort_keys=True).encode() + key.encode()
-                            + source).hexdigest()[:20]
-    path = (cache or cache_dir()) / "sciml-mgn" / f"{subject.seed}-{digest}.pt"
+    digest = checkpoints.content_key(subject, (Path(__file__).with_name("mgn.py"),
+                                               Path(__file__)), key.encode())
+    path = checkpoints.cached_path("mgn", f"{subject.seed}-{digest}", cache)
     net = build(subject.latent, subject.steps, subject.seed).double()
-    if path.is_file():
-        net.load_state_dict(torch.load(path, weights_only=True))
+    state = checkpoints.load(path)
+    if state is not None:
+        net.load_state_dict(state["model"])
         return net.eval()
     for frame in range(train_frames):  # normaliser statistics from the training frames
         pos, vel, types, edges = _tensors(data, frame)
@@ -96,9 +92,7 @@ def train(subject: Subject, data: dict[str, Array], train_frames: int, key: str,
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
-    buffer = io.BytesIO()
-    torch.save(net.state_dict(), buffer)
-    write_atomic(path, buffer.getvalue())
+    checkpoints.save(path, net)
     return net.eval()
 
 

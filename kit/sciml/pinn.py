@@ -23,18 +23,14 @@ Relations per subject:
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from kit.venvs import cache_dir
-from kit.worker import write_atomic
+from kit.sciml import checkpoints
 
 Array = np.ndarray[Any, Any]
 HORIZON = 0.5
@@ -104,20 +100,16 @@ def _derivatives(net: Any, x: Any, t: Any) -> tuple[Any, Any, Any, Any]:
     return u, u_x, u_t, u_xx
 
 
-def _key(recipe: Recipe) -> str:
-    payload = json.dumps(asdict(recipe), sort_keys=True).encode() + Path(__file__).read_bytes()
-    return hashlib.sha256(payload).hexdigest()[:20]
-
-
 def train(recipe: Recipe, cache: Path | None = None) -> tuple[Any, dict[str, Any]]:
     """The trained PINN (cached by content hash) and its record."""
     import torch
 
     torch.set_num_threads(1)
-    path = (cache or cache_dir()) / "sciml-pinn" / f"{recipe.pde}-{recipe.seed}-{_key(recipe)}.pt"
+    key = checkpoints.content_key(recipe, (Path(__file__),))
+    path = checkpoints.cached_path("pinn", f"{recipe.pde}-{recipe.seed}-{key}", cache)
     net = _network(recipe)
-    if path.is_file():
-        state = torch.load(path, weights_only=True)
+    state = checkpoints.load(path)
+    if state is not None:
         net.load_state_dict(state["model"])
         return net, {"cached": True, "final_loss": float(state["final_loss"])}
     nu, boundary = PDES[recipe.pde]["nu"], PDES[recipe.pde]["boundary"]
@@ -142,9 +134,7 @@ def train(recipe: Recipe, cache: Path | None = None) -> tuple[Any, dict[str, Any
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
-    buffer = io.BytesIO()
-    torch.save({"model": net.state_dict(), "final_loss": float(loss.detach())}, buffer)
-    write_atomic(path, buffer.getvalue())
+    checkpoints.save(path, net, final_loss=float(loss.detach()))
     return net, {"cached": False, "final_loss": float(loss.detach())}
 
 

@@ -10,6 +10,7 @@ Mann-Whitney rank-sum test (the groups are independent fits; both are reported).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,7 @@ def run_pinn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 15,
     for p_index, pde in enumerate(pinn.PDES):
         rows = []
         for seed in range(roster):
-            net, trained = pinn.train(pinn.Recipe(**{**base.__dict__, "pde": pde,
-                                                     "seed": seed}), cache)
+            net, trained = pinn.train(replace(base, pde=pde, seed=seed), cache)
             found = pinn.evaluate(net, pde)
             case = f"pinn-{pde}-seed{seed}"
             va = judge(a["id"], case, found["mr_a_violation"], EXACT)
