@@ -50,33 +50,48 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--json", type=Path, help="also write the outcome as JSON here")
     verify.add_argument("--replay", action="store_true",
                         help="rerun the pipeline (or --stages) into a fresh folder, compare bytes")
+    verify.add_argument("--strict-findings", action="store_true",
+                        help="also fail on a paper's direction reversed on a stand-in substrate")
     verify.add_argument("--stages", nargs="+", help="stages to replay (default: all)")
     verify.add_argument("--compare", nargs=2, type=Path, metavar=("FIRST", "REPLAY"),
                         help="only compare two finished run folders (writes FIRST/replay.json)")
     verify.add_argument("--run", type=Path, help="first run folder (default runs/<substrate>)")
     verify.add_argument("--substrate", choices=["digits", "cifar100"])
     verify.add_argument("--backend", choices=["docker", "venv"])
+    verify.add_argument("--protocol", type=Path,
+                        help="protocol of the run to replay (default: the frozen one)")
+    verify.add_argument("--small", action="store_true",
+                        help="replay the small configuration (kit.protocol.write_small_protocol) "
+                             "in runs/digits-small, running it first if it is not there")
     ship = sub.add_parser("ship", help="copy a finished run's evidence into claims/")
     ship.add_argument("--run", type=Path, help="run folder (default runs/digits)")
     return parser
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from kit.protocol import PROTOCOL, load_protocol
+    from kit.protocol import PROTOCOL, load_protocol, write_small_protocol
     from kit.replay import prepare
-    from kit.stages.common import default_run
+    from kit.stages.common import MANIFEST, default_run
     from kit.stages.pipeline import STAGES, reproduce
 
-    substrate = args.substrate or load_protocol(PROTOCOL)["substrate_default"]
+    protocol = args.protocol or PROTOCOL
+    substrate = args.substrate or load_protocol(protocol)["substrate_default"]
     first = args.run or default_run(substrate).root
+    if args.small:
+        first = args.run or first.with_name(first.name + "-small")
+        protocol = write_small_protocol(first.with_name(first.name + "-protocol.yaml"))
     stages = tuple(args.stages or STAGES)
     unknown = sorted(set(stages) - set(STAGES))
     if unknown:
         raise KitError(f"unknown stages {unknown}; stages: {STAGES}")
+    options = {"substrate": substrate, "backend": args.backend, "protocol_file": protocol}
+    if args.small and not (first / MANIFEST).is_file():
+        print(f"replay: no first run in {first}; running the small configuration there first")
+        reproduce(run_dir=first, **options)
     target = first.with_name(first.name + "-replay")
     prepare(first, target, stages, STAGES)
     ordered = tuple(s for s in STAGES if s in stages)
-    reproduce(ordered, substrate=substrate, run_dir=target, backend=args.backend)
+    reproduce(ordered, run_dir=target, **options)
     return _report_replay(first, target)
 
 
@@ -121,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                 return _replay(args)
             from kit.verify import verify
 
-            return verify(json_out=args.json)
+            return verify(json_out=args.json, strict_findings=args.strict_findings)
         elif args.command == "ship":
             from kit.stages.common import default_run
             from kit.verify import ship

@@ -9,9 +9,18 @@ entry says why). A "not run here" claim is never counted as held.
 
 Rules: ``exact``; ``rounds_to`` (to ``decimals`` places, the printed precision;
 elementwise for pairs); ``abs_tol``; ``sign``; ``compare`` (``op`` against another
-recomputed quantity ``than``); ``within`` (inside an interval another function
-recomputes); ``true`` (a boolean finding must hold). A rule may name its own ``compute``
-(e.g. the upper end of an interval, whose sign is the digits finding).
+recomputed quantity ``than``); ``agrees`` (equal, to a relative 1e-9 and elementwise, to
+another recomputed quantity ``than``, typically the value the run recorded: the number
+recomputed from raw evidence is the number reported); ``within`` (inside an interval
+another function recomputes); ``true`` (a boolean finding must hold). A rule may name its
+own ``compute`` (e.g. the upper end of an interval, whose sign is the digits finding).
+
+On a stand-in substrate (``digits``, the SciML ``kit`` subjects) the paper's value cannot
+be expected, so a rule there is the finding's direction or the kit's own interval. Where
+the paper's direction did not reproduce on the stand-in, the entry keeps that direction as
+its ``finding`` (a rule of its own, printed as ``reproduced`` or ``reversed`` beside the
+status) and decides the status by the kit's own interval or by agreement with what the run
+recorded. ``verify --strict-findings`` counts a reversed finding as a failure too.
 """
 
 from __future__ import annotations
@@ -69,7 +78,8 @@ def load_ledger(path: Path) -> dict[str, Any]:
 def _specs(claim: dict[str, Any]) -> list[dict[str, Any]]:
     found = [claim["compute"]] if "compute" in claim else []
     for rule in claim.get("rules", {}).values():
-        found += [rule[k] for k in ("than", "interval", "compute") if k in rule]
+        for part in (rule, rule.get("finding", {})):
+            found += [part[k] for k in ("than", "interval", "compute") if k in part]
     return found
 
 
@@ -121,6 +131,9 @@ def decide(rule: dict[str, Any], value: Value, published: Any, evidence: Any
     if kind == "compare":
         other = call(rule["than"], evidence)
         return bool(OPS[rule["op"]](value, other)), f"{rule['op']} {_show(other)}"
+    if kind == "agrees":
+        other = call(rule["than"], evidence)
+        return _agree(value, other), f"agrees with {_show(other)}"
     if kind == "within":
         bounds = call(rule["interval"], evidence)
         if not isinstance(bounds, list) or len(bounds) != 2:
@@ -128,6 +141,16 @@ def decide(rule: dict[str, Any], value: Value, published: Any, evidence: Any
         lo, hi = _num(bounds[0]), _num(bounds[1])
         return lo <= _num(value) <= hi, f"within [{lo:.4g}, {hi:.4g}]"
     raise KitError(f"unknown rule {kind!r}")
+
+
+def _agree(a: Value, b: Value) -> bool:
+    if isinstance(a, list) or isinstance(b, list):
+        return isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and all(
+            _agree(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    x, y = _num(a), _num(b)
+    return abs(x - y) <= 1e-9 * max(abs(x), abs(y)) or x == y
 
 
 def _show(value: Value) -> str:
@@ -151,6 +174,7 @@ class Outcome:
     rule: str
     status: str
     note: str = ""
+    finding: str = ""
 
     def as_dict(self) -> dict[str, str]:
         return dict(self.__dict__)
@@ -178,9 +202,15 @@ def evaluate(ledger: dict[str, Any], root: Path) -> list[Outcome]:
             evidence = _evidence(folder, reader)
             value = call(rule.get("compute", claim["compute"]), evidence)
             holds, shown = decide(rule, value, claim.get("value"), evidence)
+            finding = ""
+            if "finding" in rule:
+                direction = rule["finding"]
+                found = call(direction.get("compute", claim["compute"]), evidence)
+                kept, said = decide(direction, found, claim.get("value"), evidence)
+                finding = f"{'reproduced' if kept else 'reversed'} ({_show(found)} {said})"
             outcomes.append(Outcome(claim["id"], substrate, claim["published"], _show(value),
                                     f"{rule['rule']}: {shown}",
-                                    "holds" if holds else "differs"))
+                                    "holds" if holds else "differs", finding=finding))
     return outcomes
 
 

@@ -60,3 +60,22 @@ def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
     assert isinstance(protocol, dict)
     _cross_checks(protocol, path)
     return protocol
+
+
+def write_small_protocol(path: Path) -> Path:
+    """The frozen protocol cut down to a configuration that runs in minutes on two cores:
+    one model (ResNet-20, one training epoch), 20 images (10 + 10), three severities per
+    family. The tests' tiny run and ``verify --replay --small`` use it; nothing of it is a
+    result of the study."""
+    protocol: dict[str, Any] = yaml.safe_load(PROTOCOL.read_text())
+    protocol["models"] = ["resnet20"]
+    protocol["sample"].update(size=20, calibration=10, heldout=10,
+                              reduced={"calibration": 5, "heldout": 5})
+    protocol["training"]["epochs"] = {"resnet20": 1}
+    protocol["faults"]["severity_grids"] = {"scale": [1e-7, 1e-5, 1e-3],
+                                            "noise": [1e-7, 1e-5, 1e-3], "quantise": [22, 12, 6]}
+    protocol["faults"]["severity_rule"]["high_step"] = 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(protocol))
+    load_protocol(path)
+    return path

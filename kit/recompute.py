@@ -394,6 +394,33 @@ def nominal_fpr(ev: Evidence) -> Value:
     return 100.0 * (1.0 - ev.quantile)
 
 
+def recorded(ev: Any, file: str, path: str) -> Value:
+    """A value the run recorded in one of its JSON files (``path`` dotted, list indexes as
+    numbers): the other side of an ``agrees`` rule, which checks that the number
+    recomputed from the raw per-case evidence is the number the run reported. Both
+    studies' ledgers name it (``drift.recorded``, ``sciml.recorded``)."""
+    value: Any = ev.json(file)
+    for key in path.split("."):
+        try:
+            value = value[int(key)] if isinstance(value, list) else value[key]
+        except (KeyError, IndexError, ValueError) as exc:
+            raise KitError(f"{ev.root / file}: no recorded value at {path!r}") from exc
+    if isinstance(value, (dict, list)) and not (isinstance(value, list) and all(
+            isinstance(v, (int, float)) for v in value)):
+        raise KitError(f"{ev.root / file}: {path!r} is not a number or a list of numbers")
+    return value  # type: ignore[no-any-return]
+
+
+def saturated_recorded(ev: Evidence, cells: list[list[str]]) -> Value:
+    """``saturated`` read from the per-cell rates the score stage recorded."""
+    wanted = {tuple(c) for c in cells}
+    rows = [r for r in ev.json("score/summary.json")["fault_cells"]
+            if (r["family"], r["level"]) in wanted]
+    if not rows:
+        raise KitError(f"{ev.root}/score/summary.json: no fault cells {sorted(wanted)}")
+    return all(r[d]["count"] == r[d]["n"] for r in rows for d in ("metamorphic", "direct"))
+
+
 def factor_cells(ev: Evidence) -> Value:
     """Runtime cells (version x optimisation) the evidence holds tables for."""
     return len({d["cell"] for d in ev.record["tables"].values()})
@@ -412,4 +439,4 @@ RECOMPUTE: dict[str, Callable[..., Value]] = {
         saturated, localisation, localisation_difference, localisation_ratio, grid,
         grid_all_negative, grid_range, geometry, accuracy, factor, boot, boot_widening,
         boot_separated, decision, replay, constant, chance, width_multiplier, reduced_split,
-        top_k, nominal_fpr, factor_cells, decision_comparisons)}
+        top_k, nominal_fpr, factor_cells, decision_comparisons, recorded, saturated_recorded)}

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from kit.errors import KitError
-from kit.recompute import constant
+from kit.recompute import constant, recorded
 from kit.sciml.operator_floor import loglog_fit
 from kit.sciml.pinn import PDES as PINN_PDES
 from kit.sciml.stats import bootstrap_mean_ci, cliffs_delta, wilcoxon, wilson
@@ -190,9 +190,20 @@ def pinn_mr_a_vacuous(ev: SciEvidence) -> Value:
     return all(s["mr_a_violation"] == 0.0 for s in ev.json("pinn.json")["subjects"])
 
 
+def ledger_verdicts(ev: SciEvidence, card: str, verdict: str, pde: str | None = None) -> Value:
+    """How many verdicts of one class the verdict ledger records for a card (one PDE's)."""
+    rows = [v for v in ev.json("ledger.json")["verdicts"]
+            if v["card"] == card and (pde is None or f"-{pde}-" in v["case"])]
+    if not rows:
+        raise KitError(f"{ev.root}/ledger.json: no verdicts of {card}")
+    return int(sum(v["verdict"] == verdict for v in rows))
+
+
 RECOMPUTE_SCIML: dict[str, Callable[..., Value]] = {
-    "sciml.constant_value": constant, **{f"sciml.{fn.__name__}": fn for fn in (
+    "sciml.constant_value": constant, "sciml.recorded": recorded,
+    **{f"sciml.{fn.__name__}": fn for fn in (
         floor_fit, floor_bound_dominates, floor_predictor_error, fno_checkpoints, fno_cases,
         fno_translation_passes, fno_translation_max, fno_conservation_failures,
         fno_dirichlet_rejected, fno_roster, pinn_roster, pinn_passes, pinn_failures,
-        pinn_wilson, pinn_mean, pinn_mean_ci, pinn_compare, pinn_mr_a_vacuous, domain_max)}}
+        pinn_wilson, pinn_mean, pinn_mean_ci, pinn_compare, pinn_mr_a_vacuous, domain_max,
+        ledger_verdicts)}}

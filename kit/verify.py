@@ -10,8 +10,10 @@
 4. ``--replay``: rerun the pipeline (or named stages) and compare bytes.
 
 Exit 0 only when every check passes and every claim that applies to present evidence
-holds. ``ship`` copies a finished run's evidence into ``claims/<study>/evidence/`` and
-rewrites the manifests.
+holds. A claim's ``finding`` (the paper's direction where it did not reproduce on a
+stand-in substrate, ``kit.claims``) is printed and counted; with ``strict_findings`` a
+reversed finding fails the run as well. ``ship`` copies a finished run's evidence into
+``claims/<study>/evidence/`` and rewrites the manifests.
 """
 
 from __future__ import annotations
@@ -187,10 +189,12 @@ def print_outcomes(outcomes: list[Outcome]) -> None:
     for o in outcomes:
         print(f"{o.claim:<8} {o.substrate:<9} {o.published[:28]:<28} "
               f"{o.recomputed[:30]:<{min(width, 30)}} {o.status:<11} {o.rule}"
-              + (f" ({o.note})" if o.note else ""))
+              + (f" ({o.note})" if o.note else "")
+              + (f" [paper's direction {o.finding}]" if o.finding else ""))
 
 
-def verify(root: Path = ROOT, json_out: Path | None = None) -> int:
+def verify(root: Path = ROOT, json_out: Path | None = None,
+           strict_findings: bool = False) -> int:
     """Every check; returns the exit code."""
     start = time.monotonic()
     clear_cache()
@@ -221,11 +225,20 @@ def verify(root: Path = ROOT, json_out: Path | None = None) -> int:
               for s in ("holds", "differs", "not run here")}
     for problem in problems:
         print(f"verify: FAIL {problem}", file=sys.stderr)
-    ok = not problems and counts["differs"] == 0
+    reversed_ = [f"{o.claim}/{o.substrate}" for o in outcomes
+                 if o.finding.startswith("reversed")]
+    ok = not problems and counts["differs"] == 0 and not (strict_findings and reversed_)
+    if reversed_:
+        print(f"verify: the paper's direction does not reproduce on the stand-in substrate for "
+              f"{len(reversed_)} claims (decided by the kit's own interval or record instead"
+              f"{'; counted as failures: --strict-findings' if strict_findings else ''}): "
+              + ", ".join(reversed_))
     print(f"verify: {len(outcomes)} claim checks: {counts['holds']} hold, {counts['differs']} "
-          f"differ, {counts['not run here']} not run here; {len(problems)} failed checks; "
+          f"differ, {counts['not run here']} not run here; {len(reversed_)} paper findings "
+          f"reversed on a stand-in; {len(problems)} failed checks; "
           f"{time.monotonic() - start:.1f} s; {'OK' if ok else 'FAILED'}")
     if json_out is not None:
-        write_atomic(json_out, canonical_json({"ok": ok, "problems": problems, "counts": counts,
-                                               "claims": [o.as_dict() for o in outcomes]}))
+        write_atomic(json_out, canonical_json({
+            "ok": ok, "problems": problems, "counts": counts, "findings_reversed": reversed_,
+            "strict_findings": strict_findings, "claims": [o.as_dict() for o in outcomes]}))
     return 0 if ok else 1

@@ -6,15 +6,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 
 from kit.backends import docker_available, image_labels
 from kit.errors import ImageError
-from kit.protocol import PROTOCOL
+from kit.protocol import write_small_protocol
 from kit.runtimes import load_runtimes
 from kit.stages.common import Run
 from kit.stages.pipeline import reproduce
@@ -168,17 +166,7 @@ def table() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
 
 
 def tiny_protocol(tmp: Path) -> Path:
-    protocol: dict[str, Any] = yaml.safe_load(PROTOCOL.read_text())
-    protocol["models"] = ["resnet20"]
-    protocol["sample"].update(size=20, calibration=10, heldout=10,
-                              reduced={"calibration": 5, "heldout": 5})
-    protocol["training"]["epochs"] = {"resnet20": 1}
-    protocol["faults"]["severity_grids"] = {"scale": [1e-7, 1e-5, 1e-3],
-                                            "noise": [1e-7, 1e-5, 1e-3], "quantise": [22, 12, 6]}
-    protocol["faults"]["severity_rule"]["high_step"] = 1
-    path = tmp / "tiny.yaml"
-    path.write_text(yaml.safe_dump(protocol))
-    return path
+    return write_small_protocol(tmp / "tiny.yaml")
 
 
 @pytest.fixture(scope="session")
