@@ -141,7 +141,7 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     tiny = Recipe("heat", 0, modes=4, hidden=4, steps=3, batch=4, train_cases=8)
     tiny_pinn = PinnRecipe("heat", 0, width=8, depth=1, steps=5, collocation=20)
     from kit.sciml.cylinder import Flow
-    from kit.sciml.mgn_study import Subject
+    from kit.sciml.mgn_train import Subject
 
     ledger = run_sciml(tmp_path, refinements=range(1, 5), fv_cells=32, fno_roster=2,
                        fno_seeds=1, fno_recipe=tiny, pinn_roster=2, pinn_recipe=tiny_pinn,

@@ -26,7 +26,8 @@ from kit.sciml.fno import Recipe
 from kit.sciml.fno_study import run_fno
 from kit.sciml.gate import Evidence, decide
 from kit.sciml.ledger import Ledger
-from kit.sciml.mgn_study import Subject, run_mgn
+from kit.sciml.mgn_study import run_mgn
+from kit.sciml.mgn_train import Subject
 from kit.sciml.operator_floor import finite_volume_balance, sweep
 from kit.sciml.pinn_study import run_pinn
 from kit.sciml.verdicts import judge
