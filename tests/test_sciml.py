@@ -65,6 +65,9 @@ def test_gate_rejects_without_basis_or_with_a_broken_boundary() -> None:
     first = c["preconditions"][0]
     broken = holding(c, preconditions={**holding(c).preconditions, first: "fails"})
     assert decide(c, broken).decision == "rejected"
+    measured = decide(c, holding(c, basis="fails", basis_why="density variation 0.25"))
+    assert measured.decision == "rejected"
+    assert measured.conditions["basis"]["why"].startswith("density variation 0.25")
 
 
 def test_gate_downgrades_approximate_relations_to_ood_stress() -> None:
@@ -142,12 +145,14 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     tiny_pinn = PinnRecipe("heat", 0, width=8, depth=1, steps=5, collocation=20)
     from kit.sciml.cylinder import Flow
     from kit.sciml.mgn_train import Subject
+    from kit.sciml.second_task import Airfoil
 
     ledger = run_sciml(tmp_path, refinements=range(1, 5), fv_cells=32, fno_roster=2,
                        fno_seeds=1, fno_recipe=tiny, pinn_roster=2, pinn_recipe=tiny_pinn,
                        mgn_roster=1, mgn_flow=Flow(nx=32, ny=16, spinup=2, frames=3, stride=1),
                        mgn_subject=Subject(0, latent=8, steps=1, train_steps=2),
-                       mgn_permutations=2, cache=tmp_path / "cache")
+                       mgn_permutations=2, airfoil=Airfoil(max_area=2e-3, segments=80),
+                       cache=tmp_path / "cache")
     decisions = {d["card"]: d["decision"] for d in ledger["decisions"]}
     assert decisions == {"p1-divergence-absolute": "deferred",
                          "fv-flux-conservation": "retained-executable",
@@ -158,7 +163,13 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
                          "pinn-boundary-residual": "retained-executable",
                          "pinn-reference-conservation": "retained-executable",
                          "mgn-node-permutation": "retained-executable",
-                         "mgn-mirror-y": "retained-as-OOD-stress"}
+                         "mgn-mirror-y": "retained-as-OOD-stress",
+                         "mgn-continuity-absolute": "deferred",
+                         "mgn-continuity-guard": "retained-executable",
+                         "cmp-incompressible-continuity": "rejected",
+                         "cmp-mirror-y": "rejected",
+                         "cmp-node-permutation": "retained-executable",
+                         "cmp-mass-conservation": "deferred"}
     assert ledger["counts"]["fv-flux-conservation"] == {"pass": 1}
     # an FNO without positional embedding is shift-equivariant even untrained
     assert ledger["counts"]["fno-periodic-translation"] == {"pass": 2 * 4}
@@ -176,6 +187,16 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     assert ledger["counts"]["mgn-node-permutation"] == {"pass": 2 * len(mgn["heldout_frames"])}
     assert set(ledger["counts"]["mgn-mirror-y"]) == {"out-of-relation-domain"}
     assert mgn["mirror_domain_score"] > 0.5
+    assert sum(ledger["counts"]["mgn-continuity-guard"].values()) == len(mgn["heldout_frames"])
+    faults = json.loads((tmp_path / "mgn_faults.json").read_text())
+    assert len(faults["mutants"]) == 12
+    assert faults["mutants"]["BC_zero_inflow"]["summary"]["any"]["n"] == 2  # 1 subject x 2
+    assert set(faults["scale_sweep"]) == {"1.1", "1.25", "1.5", "2", "4"}
+    assert len(faults["fraction_sweep"]) == 8
+    # the unmutated pipeline is exactly permutation-equivariant on every trial
+    assert not any(t["detected"]["permutation"] for t in faults["control"]["trials"])
+    second = json.loads((tmp_path / "second_task.json").read_text())
+    assert second["measured"]["density_variation"] > 0.05
     floor = json.loads((tmp_path / "operator_floor.json").read_text())
     assert {r["decision"] for r in floor["gate_per_resolution"]} == {"deferred"}
     assert check_manifest(tmp_path) == []

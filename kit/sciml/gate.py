@@ -5,7 +5,8 @@ transformation preconditions hold, (iii) boundary conditions and output mapping 
 compatible, and (iv) it is numerically decidable: its tolerance exceeds the measuring
 operator's own floor by the card's margin. Decisions:
 
-- ``rejected``: (i) missing, or (ii)/(iii) fail outright;
+- ``rejected``: (i) missing from the card or measured not to hold for the data
+  (``Evidence.basis``), or (ii)/(iii) fail outright;
 - ``deferred``: nothing fails outright but some evidence is missing, or (iv) cannot be
   established (no measured floor, or the tolerance does not dominate it);
 - ``retained-as-OOD-stress``: (ii) or (iii) hold only approximately; the relation runs as a
@@ -34,6 +35,8 @@ class Evidence:
     floor: float | None                    # measured floor of the measuring operator
     tolerance: float | None                # the verdict tolerance it must dominate
     notes: dict[str, str] = field(default_factory=dict)
+    basis: str = HOLDS                     # whether the card's basis holds for this data,
+    basis_why: str = ""                    # where it was measured (e.g. density variation)
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ def _worst(states: list[str]) -> str:
 def decide(card: dict[str, Any], evidence: Evidence) -> Decision:
     """Apply the four conditions to one card."""
     margin = float(card["tolerance"].get("floor_margin", 1.0))
-    basis = HOLDS if card.get("basis", "").strip() else FAILS
+    basis = evidence.basis if card.get("basis", "").strip() else FAILS
     pre = _worst(list(evidence.preconditions.values())) if evidence.preconditions else HOLDS
     missing = [p for p in card["preconditions"] if p not in evidence.preconditions]
     if missing:
@@ -74,7 +77,8 @@ def decide(card: dict[str, Any], evidence: Evidence) -> Decision:
         decidable, why = FAILS, (f"tolerance {evidence.tolerance:.3g} does not dominate "
                                  f"{margin:g} x floor {evidence.floor:.3g}")
     conditions = {
-        "basis": {"state": basis, "why": card.get("basis", "")[:200]},
+        "basis": {"state": basis, "why": (evidence.basis_why + "; " if evidence.basis_why
+                                          else "") + card.get("basis", "")[:200]},
         "preconditions": {"state": pre, "why": "; ".join(
             f"{k}: {v}" for k, v in evidence.preconditions.items()) +
             (f"; not measured: {missing}" if missing else "")},

@@ -111,7 +111,7 @@ def _areas(mesh: Any) -> Array:
                                    - (p[0, 2] - p[0, 0]) * (p[1, 1] - p[1, 0])))
 
 
-def _barycentric_gradients(p: Array, area: Array) -> Array:
+def barycentric_gradients(p: Array, area: Array) -> Array:
     """(K, 3, 2) gradients of the barycentric coordinates."""
     x, y = p[0], p[1]  # (3, K)
     gx = np.stack([y[1] - y[2], y[2] - y[0], y[0] - y[1]], axis=1) / (2 * area)[:, None]
@@ -124,7 +124,7 @@ def closed_form(mesh: Any) -> tuple[Array, Array, Array, Array]:
     """(exact remainder e_K, leading-order predictor, a-priori bound per element, areas)."""
     p = mesh.p[:, mesh.t]                       # (2, 3, K)
     area = _areas(mesh)
-    grad = _barycentric_gradients(p, area)      # (K, 3, 2)
+    grad = barycentric_gradients(p, area)      # (K, 3, 2)
     c = p.mean(axis=1)                          # (2, K)
     d = np.transpose(p - c[:, None, :], (2, 1, 0))  # (K, 3, 2)
     vx, vy = velocity(p[0].T, p[1].T)           # (K, 3)

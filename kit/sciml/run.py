@@ -30,6 +30,7 @@ from kit.sciml.mgn_study import run_mgn
 from kit.sciml.mgn_train import Subject
 from kit.sciml.operator_floor import finite_volume_balance, sweep
 from kit.sciml.pinn_study import run_pinn
+from kit.sciml.second_task import Airfoil
 from kit.sciml.verdicts import judge
 from kit.stages.common import write_manifest
 from kit.worker import canonical_json, write_atomic
@@ -45,7 +46,7 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
               pinn_roster: int = 15, pinn_recipe: pinn.Recipe | None = None,
               mgn_roster: int = 6, mgn_flow: Flow | None = None,
               mgn_subject: Subject | None = None, mgn_permutations: int = 5,
-              cache: Path | None = None) -> dict[str, Any]:
+              airfoil: Airfoil | None = None, cache: Path | None = None) -> dict[str, Any]:
     """Write the sweep, the FV balance, the FNO study and the verdict ledger under ``out``."""
     cards = load_cards()
     floor = sweep(refinements)
@@ -82,9 +83,9 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
     write_atomic(out / "fno.json", canonical_json(fno_record))
     pinn_record = run_pinn(ledger, cards, pinn_roster, pinn_recipe, cache)
     write_atomic(out / "pinn.json", canonical_json(pinn_record))
-    mgn_record = run_mgn(ledger, cards, mgn_roster, mgn_permutations, mgn_flow, mgn_subject,
-                         cache)
-    write_atomic(out / "mgn.json", canonical_json(mgn_record))
+    for name, record in run_mgn(ledger, cards, mgn_roster, mgn_permutations, mgn_flow,
+                                mgn_subject, cache, airfoil).items():
+        write_atomic(out / name, canonical_json(record))
     write_atomic(out / "operator_floor.json", canonical_json(
         {**floor, "absolute_tolerance": ABSOLUTE_TOLERANCE, "floor_margin": margin,
          "gate_per_resolution": per_resolution}))

@@ -1,0 +1,326 @@
+"""Seeded faults of the MeshGraphNet pipeline, detected by the study's own relations.
+
+The pipeline under test is one network step followed by the boundary conditions a
+DeepMind rollout imposes: inflow nodes take the prescribed inflow (the frame's own inlet
+velocity), wall and obstacle nodes zero velocity. A mutant changes one part of it:
+
+    boundary condition   BC_zero_inflow (inflow imposed as 0), BC_nonzero_wall (walls
+                         imposed at the mean inflow speed, tangential)
+    mesh adjacency       MA_drop_edges (a seeded 10% of the edge list dropped),
+                         MA_permute_edges (a seeded 10% of edges get another edge's receiver)
+    normalisation        NS_double_scale (the denormalised update times s, canonical 2),
+                         NS_skip_denorm (the normalised update added as if it were physical)
+    temporal             TR_sign_flip (the update subtracted), TR_double_step (two steps)
+    physical channel     PC_swap_xy (output channels swapped), PC_zero_vy (v_y zeroed on the
+                         first p of the nodes in index order, canonical p = 1)
+    adversarial          ADV_frozen (the update skipped: the next state is the current one),
+                         ADV_uniform_offset (a uniform x-velocity offset of 5% of the mean
+                         inflow on fluid nodes: affine, so P1-divergence-free, mirror-
+                         symmetric and label-free), built to share every detector's invariance
+
+Edge mutants act on edge positions, which a node relabelling keeps, so they stay
+permutation-equivariant; PC_zero_vy with p < 1 selects nodes by index and does not.
+
+Detectors, thresholds predeclared (the paper's Sec. 5.3-5.4, before any run here):
+
+- node permutation: V = max |g(P x) - P g(x)| / max |g(x)| > ``PERMUTATION_THRESHOLD``;
+- conservation (reference-relative P1 continuity): the area-weighted RMS of the P1
+  divergence over interior elements (no boundary node) of the predicted next state over
+  that of the reference next state > ``CONSERVATION_THRESHOLD``;
+- mirror-y: the mirror violation ||g(M x) - M g(x)|| / ||g(x)|| (nearest-neighbour M, as in
+  the OOD stress probe) rising by more than ``MIRROR_THRESHOLD`` relative to the unmutated
+  pipeline's on the same trial.
+
+A trial is one (subject, permutation seed) cell; its metrics are the maxima over the first
+``EVAL_FRAMES`` held-out frames; the conservation and mirror detectors read the pipeline on
+the permuted graph mapped back (g_k(x) = P^-1 g(P x)), so each seed is its own trial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from kit.sciml.meshes import HEIGHT, INFLOW, NORMAL, OBSTACLE, WALL
+from kit.sciml.mgn import directed_edges, permute_graph
+from kit.sciml.operator_floor import barycentric_gradients
+from kit.sciml.stats import wilson
+
+Array = np.ndarray[Any, Any]
+PERMUTATION_THRESHOLD = 1.0e-5
+CONSERVATION_THRESHOLD = 1.5
+MIRROR_THRESHOLD = 0.5
+EVAL_FRAMES = 2
+EDGE_FRACTION = 0.1
+EDGE_SEED = 7
+SCALES = (1.1, 1.25, 1.5, 2.0, 4.0)
+FRACTIONS = (0.25, 0.5, 0.75, 0.85, 0.9, 0.95, 0.99, 1.0)
+DETECTORS = ("permutation", "conservation", "mirror")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    fault_class: str
+    severity: float = 1.0
+
+
+CATALOGUE = (
+    Mutant("BC_zero_inflow", "boundary-condition"),
+    Mutant("BC_nonzero_wall", "boundary-condition"),
+    Mutant("MA_drop_edges", "mesh-adjacency"),
+    Mutant("MA_permute_edges", "mesh-adjacency"),
+    Mutant("NS_double_scale", "normalisation", 2.0),
+    Mutant("NS_skip_denorm", "normalisation"),
+    Mutant("TR_sign_flip", "temporal"),
+    Mutant("TR_double_step", "temporal"),
+    Mutant("PC_swap_xy", "physical-channel"),
+    Mutant("PC_zero_vy", "physical-channel", 1.0),
+)
+ADVERSARIAL = (Mutant("ADV_frozen", "adversarial"),
+               Mutant("ADV_uniform_offset", "adversarial", 0.05))
+CONTROL = Mutant("none", "control")
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One frame's inputs as numpy arrays (positions, velocity, node types, edges)."""
+
+    pos: Array
+    velocity: Array
+    types: Array
+    edges: Array
+
+    def permuted(self, perm: Array) -> Graph:
+        return Graph(*permute_graph(perm, self.pos, self.velocity, self.types, self.edges))
+
+    def with_velocity(self, velocity: Array) -> Graph:
+        return replace(self, velocity=velocity)
+
+
+def _edge_subset(count: int) -> Array:
+    rng = np.random.default_rng(EDGE_SEED)
+    return np.sort(rng.choice(count, size=max(1, int(EDGE_FRACTION * count)), replace=False))
+
+
+def _edges(mutant: Mutant, edges: Array) -> Array:
+    if mutant.name == "MA_drop_edges":
+        keep = np.ones(edges.shape[1], bool)
+        keep[_edge_subset(edges.shape[1])] = False
+        return edges[:, keep]
+    if mutant.name == "MA_permute_edges":
+        chosen = _edge_subset(edges.shape[1])
+        moved = edges.copy()
+        moved[1, chosen] = edges[1, np.roll(chosen, 1)]
+        return moved
+    return edges
+
+
+def _update(net: Any, graph: Graph, mutant: Mutant) -> tuple[Array, Array]:
+    """(denormalised update, normalised update) of the network on this graph."""
+    import torch
+
+    with torch.no_grad():
+        raw = net(torch.tensor(graph.pos), torch.tensor(graph.velocity),
+                  torch.tensor(graph.types), torch.tensor(_edges(mutant, graph.edges)))
+        return net.target_norm.inverse(raw).numpy(), raw.numpy()
+
+
+def predict(net: Any, graph: Graph, mutant: Mutant = CONTROL) -> Array:
+    """The (mutated) pipeline's next velocity on one graph."""
+    update, raw = _update(net, graph, mutant)
+    if mutant.name == "NS_double_scale":
+        update = mutant.severity * update
+    elif mutant.name == "NS_skip_denorm":
+        update = raw
+    elif mutant.name == "TR_sign_flip":
+        update = -update
+    out = graph.velocity + update
+    if mutant.name == "TR_double_step":
+        out = graph.velocity + _update(net, graph, mutant)[0]
+        out = out + _update(net, graph.with_velocity(_impose(graph, out, CONTROL)), mutant)[0]
+    elif mutant.name == "ADV_frozen":
+        out = graph.velocity.copy()
+    out = _impose(graph, out, mutant)
+    if mutant.name == "PC_swap_xy":
+        out = out[:, ::-1].copy()
+    elif mutant.name == "PC_zero_vy":
+        out[: round(mutant.severity * len(out)), 1] = 0.0
+    elif mutant.name == "ADV_uniform_offset":
+        out[graph.types == NORMAL, 0] += mutant.severity * _inflow_speed(graph)
+    return np.asarray(out)
+
+
+def _inflow_speed(graph: Graph) -> float:
+    return float(np.abs(graph.velocity[graph.types == INFLOW, 0]).mean())
+
+
+def _impose(graph: Graph, out: Array, mutant: Mutant) -> Array:
+    out = out.copy()
+    inflow = graph.types == INFLOW
+    out[inflow] = 0.0 if mutant.name == "BC_zero_inflow" else graph.velocity[inflow]
+    out[graph.types == OBSTACLE] = 0.0
+    wall = graph.types == WALL
+    out[wall] = [_inflow_speed(graph), 0.0] if mutant.name == "BC_nonzero_wall" else 0.0
+    return out
+
+
+class Divergence:
+    """The P1 divergence per interior triangle (no boundary node) of a nodal velocity."""
+
+    def __init__(self, pos: Array, cells: Array, types: Array) -> None:
+        interior = np.all(types[cells] == NORMAL, axis=1)
+        self.cells = cells[interior]
+        p = pos[self.cells].transpose(2, 1, 0)  # (2, 3, K)
+        self.area = 0.5 * np.abs((p[0, 1] - p[0, 0]) * (p[1, 2] - p[1, 0])
+                                 - (p[0, 2] - p[0, 0]) * (p[1, 1] - p[1, 0]))
+        self.grad = barycentric_gradients(p, self.area)  # (K, 3, 2)
+
+    def __call__(self, velocity: Array) -> Array:
+        return np.asarray(np.einsum("kad,kad->k", self.grad, velocity[self.cells]))
+
+    def rms(self, velocity: Array) -> float:
+        d = self(velocity)
+        return float(np.sqrt((self.area * d * d).sum() / self.area.sum()))
+
+    def gradient_rms(self, velocity: Array) -> float:
+        """Area-weighted RMS of the Frobenius norm of the P1 velocity gradient."""
+        g = np.einsum("kad,kae->kde", self.grad, velocity[self.cells])
+        return float(np.sqrt((self.area * (g * g).sum((1, 2))).sum() / self.area.sum()))
+
+
+def mirror_map(pos: Array) -> Array:
+    """Nearest-neighbour source node of every reflected node (y -> H - y)."""
+    from scipy.spatial import cKDTree
+
+    reflected = pos * np.array([1.0, -1.0]) + np.array([0.0, HEIGHT])
+    return np.asarray(cKDTree(pos).query(reflected)[1])
+
+
+def _reflect(field: Array, source: Array) -> Array:
+    return np.asarray(field[source] * np.array([1.0, -1.0]))
+
+
+@dataclass
+class Trial:
+    """One (subject, permutation seed) cell of one mutant."""
+
+    subject: int
+    seed: int
+    permutation: float
+    conservation: float
+    mirror: float
+
+    def detected(self, baseline_mirror: float) -> dict[str, bool]:
+        change = (self.mirror - baseline_mirror) / baseline_mirror
+        return {"permutation": self.permutation > PERMUTATION_THRESHOLD,
+                "conservation": self.conservation > CONSERVATION_THRESHOLD,
+                "mirror": change > MIRROR_THRESHOLD}
+
+
+def run_trial(net: Any, frames: list[tuple[Graph, Array]], mutant: Mutant, seed: int,
+              divergence: Divergence, source: Array) -> tuple[float, float, float]:
+    """(permutation V, conservation ratio, mirror violation), maxima over the frames."""
+    perm_v, ratio, mirror = 0.0, 0.0, 0.0
+    for graph, truth in frames:
+        n = len(graph.pos)
+        perm = np.random.default_rng(seed).permutation(n)
+        inverse = np.empty_like(perm)
+        inverse[perm] = np.arange(n)
+        base = predict(net, graph, mutant)
+        moved = predict(net, graph.permuted(perm), mutant)
+        perm_v = max(perm_v, float(np.abs(moved - base[perm]).max() / np.abs(base).max()))
+        g = moved[inverse]
+        ratio = max(ratio, divergence.rms(g) / divergence.rms(truth))
+        mirrored = graph.with_velocity(_reflect(graph.velocity, source))
+        g_mirror = predict(net, mirrored.permuted(perm), mutant)[inverse]
+        mirror = max(mirror, float(np.linalg.norm(g_mirror - _reflect(g, source))
+                                   / np.linalg.norm(g)))
+    return perm_v, ratio, mirror
+
+
+def _rate(hits: int, n: int) -> dict[str, Any]:
+    low, high = wilson(hits, n)
+    return {"detected": hits, "n": n, "wilson95": [low, high]}
+
+
+def run_catalogue(nets: list[tuple[dict[str, Any], Any]], data: dict[str, Array],
+                  heldout: list[int], permutation_seeds: int = 5,
+                  progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Replay the catalogue, the adversarial mutants and both sweeps over the roster."""
+    edges = directed_edges(data["cells"])
+    types = data["node_type"][:, 0].astype(np.int64)
+    divergence = Divergence(data["mesh_pos"], data["cells"], types)
+    source = mirror_map(data["mesh_pos"])
+    frames = [(Graph(data["mesh_pos"], data["velocity"][f], types, edges),
+               data["velocity"][f + 1]) for f in heldout[:EVAL_FRAMES]]
+    seeds = list(range(permutation_seeds))
+    baseline: dict[tuple[int, int], float] = {}
+    control_trials = []
+    for index, (_, net) in enumerate(nets):
+        for seed in seeds:
+            trial = Trial(index, seed, *run_trial(net, frames, CONTROL, seed, divergence, source))
+            baseline[(index, seed)] = trial.mirror
+            control_trials.append(trial)
+
+    def replay(mutant: Mutant, cell_seeds: list[int]) -> list[dict[str, Any]]:
+        rows = []
+        for index, (_, net) in enumerate(nets):
+            for seed in cell_seeds:
+                trial = Trial(index, seed, *run_trial(net, frames, mutant, seed, divergence,
+                                                      source))
+                flags = trial.detected(baseline[(index, seed)])
+                rows.append({**asdict(trial), "detected": flags,
+                             "mirror_change": (trial.mirror - baseline[(index, seed)])
+                             / baseline[(index, seed)]})
+        progress(f"mgn faults: {mutant.name} s={mutant.severity:g}")
+        return rows
+
+    def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        n = len(rows)
+        out = {d: _rate(sum(r["detected"][d] for r in rows), n) for d in DETECTORS}
+        out["any"] = _rate(sum(any(r["detected"].values()) for r in rows), n)
+        return out
+
+    mutants = {}
+    for mutant in CATALOGUE + ADVERSARIAL:
+        rows = replay(mutant, seeds)
+        by_config = {name: summary([r for r in rows if (r["subject"] < 4) == (name == "seeds")])
+                     for name in ("seeds", "variants")} if len(nets) > 4 else {}
+        mutants[mutant.name] = {**asdict(mutant), "trials": rows, "summary": summary(rows),
+                                "by_configuration": by_config}
+    control = [{**asdict(t), "detected": t.detected(t.mirror), "mirror_change": 0.0}
+               for t in control_trials]
+    scale_sweep = {f"{s:g}": summary(replay(Mutant("NS_double_scale", "normalisation", s),
+                                            seeds[:1])) for s in SCALES}
+    fraction_sweep = {f"{p:g}": summary(replay(Mutant("PC_zero_vy", "physical-channel", p),
+                                               seeds[:1])) for p in FRACTIONS}
+    return {"thresholds": {"permutation": PERMUTATION_THRESHOLD,
+                           "conservation": CONSERVATION_THRESHOLD, "mirror": MIRROR_THRESHOLD},
+            "eval_frames": heldout[:EVAL_FRAMES], "permutation_seeds": permutation_seeds,
+            "subjects": [s for s, _ in nets], "control": {"trials": control,
+                                                          "summary": summary(control)},
+            "mutants": mutants, "scale_sweep": scale_sweep, "fraction_sweep": fraction_sweep,
+            "precision_recall": precision_recall(mutants, control)}
+
+
+def precision_recall(mutants: dict[str, Any], control: list[dict[str, Any]]
+                     ) -> dict[str, dict[str, Any]]:
+    """Per detector over the executed mutants' trials (positives) and the unmutated
+    pipeline's trials (negatives): precision TP/(TP+FP), recall TP/positives, and the
+    mutant-level recall (mutants detected on at least one trial)."""
+    out = {}
+    for d in DETECTORS:
+        tp = sum(r["detected"][d] for m in mutants.values() for r in m["trials"])
+        positives = sum(len(m["trials"]) for m in mutants.values())
+        fp = sum(r["detected"][d] for r in control)
+        caught = sum(any(r["detected"][d] for r in m["trials"]) for m in mutants.values())
+        out[d] = {"true_positives": tp, "false_positives": fp, "positives": positives,
+                  "negatives": len(control),
+                  "precision": tp / (tp + fp) if tp + fp else None,
+                  "recall": tp / positives, "mutants_caught": caught,
+                  "mutants": len(mutants)}
+    return out
