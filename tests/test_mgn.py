@@ -34,3 +34,62 @@ def test_permutation_equivariance_of_an_untrained_network() -> None:
     with torch.no_grad():
         other = net.step(tensors[0], tensors[1] * 2, tensors[2], tensors[3]).numpy()
     assert np.abs(other - base).max() > 1e-3
+
+
+class _Linear:
+    """A mirror-equivariant stand-in: the next state is 1.1 x the current one."""
+
+    def step(self, pos: object, velocity: object, node_type: object, edges: object) -> object:
+        return velocity * 1.1
+
+
+def test_exact_mirror_passes_an_equivariant_map_and_fails_an_untrained_pointmlp() -> None:
+    import torch
+
+    from kit.sciml.ledger import Ledger
+    from kit.sciml.meshes import mirror_map, symmetric_channel
+    from kit.sciml.mgn_study import EXACT_MIRROR_INPUTS, exact_mirror, exact_mirror_inputs
+    from kit.sciml.pointmlp import build_pointmlp
+
+    torch.set_num_threads(1)
+    channel = symmetric_channel(16, 4)
+    target = mirror_map(channel)
+    ledger = Ledger("test")
+    from kit.sciml.cards import load_cards
+    from kit.sciml.gate import Evidence, decide
+
+    card = load_cards()["mgn-mirror-y-exact"]
+    ledger.decide(decide(card, Evidence({card["preconditions"][0]: "holds"}, "holds", "holds",
+                                        floor=0.0, tolerance=1e-5)))
+    assert max(exact_mirror(ledger, _Linear(), "linear", channel, target)) < 1e-12
+    net = build_pointmlp(16, 2, 0).double().eval()
+    inputs = exact_mirror_inputs(channel, EXACT_MIRROR_INPUTS)
+    with torch.no_grad():
+        net(torch.tensor(channel.pos), torch.tensor(inputs[0]),
+            torch.tensor(channel.node_type.astype(np.int64)), None, accumulate=True)
+    assert min(exact_mirror(ledger, net, "pointmlp", channel, target)) > 1e-3
+    assert [v.verdict for v in ledger.verdicts] == ["pass"] * 3 + ["fail"] * 3
+    # the inputs respect the channel: zero on the walls, the parabolic profile at the inflow
+    walls = channel.node_type == 6
+    assert np.abs(inputs[1][walls]).max() < 1e-12
+
+
+def test_pointmlp_is_permutation_equivariant() -> None:
+    import torch
+
+    from kit.sciml.pointmlp import build_pointmlp
+
+    mesh = cylinder_mesh(max_area=2e-3)
+    rng = np.random.default_rng(1)
+    velocity = rng.normal(size=(len(mesh.pos), 2))
+    types = mesh.node_type.astype(np.int64)
+    net = build_pointmlp(16, 2, 0).double().eval()
+    edges = directed_edges(mesh.cells)
+    with torch.no_grad():
+        tensors = [torch.tensor(a) for a in (mesh.pos, velocity, types, edges)]
+        net(*tensors, accumulate=True)
+        base = net.step(*tensors).numpy()
+        perm = rng.permutation(len(mesh.pos))
+        moved = net.step(*[torch.tensor(a) for a in permute_graph(
+            perm, mesh.pos, velocity, types, edges)]).numpy()
+    np.testing.assert_allclose(moved, base[perm], rtol=0, atol=1e-12)

@@ -152,7 +152,9 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
                        mgn_roster=1, mgn_flow=Flow(nx=32, ny=16, spinup=2, frames=3, stride=1),
                        mgn_subject=Subject(0, latent=8, steps=1, train_steps=2),
                        mgn_permutations=2, airfoil=Airfoil(max_area=2e-3, segments=80),
-                       cache=tmp_path / "cache")
+                       mgn_heldout=(Flow(inflow=0.8, nx=32, ny=16, spinup=2, frames=2,
+                                         stride=1),),
+                       mgn_pointmlp=1, cache=tmp_path / "cache")
     decisions = {d["card"]: d["decision"] for d in ledger["decisions"]}
     assert decisions == {"p1-divergence-absolute": "deferred",
                          "fv-flux-conservation": "retained-executable",
@@ -164,6 +166,7 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
                          "pinn-reference-conservation": "retained-executable",
                          "mgn-node-permutation": "retained-executable",
                          "mgn-mirror-y": "retained-as-OOD-stress",
+                         "mgn-mirror-y-exact": "retained-executable",
                          "mgn-continuity-absolute": "deferred",
                          "mgn-continuity-guard": "retained-executable",
                          "cmp-incompressible-continuity": "rejected",
@@ -184,10 +187,16 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     assert sum(ledger["counts"]["pinn-boundary-residual"].values()) == 4
     assert -1 <= pinn["mr_b_comparison"]["cliffs_delta_heat_vs_burgers"] <= 1
     mgn = json.loads((tmp_path / "mgn.json").read_text())
-    assert ledger["counts"]["mgn-node-permutation"] == {"pass": 2 * len(mgn["heldout_frames"])}
+    # 2 subjects (1 MGN, 1 PointMLP) x (held-out frames + 1 frame of the other trajectory)
+    cases = 2 * (len(mgn["heldout_frames"]) + 1)
+    assert ledger["counts"]["mgn-node-permutation"] == {"pass": 2 * cases}
     assert set(ledger["counts"]["mgn-mirror-y"]) == {"out-of-relation-domain"}
+    assert sum(ledger["counts"]["mgn-mirror-y"].values()) == cases
+    assert sum(ledger["counts"]["mgn-mirror-y-exact"].values()) == 2 * 3
+    assert [s["arch"] for s in mgn["subjects"]] == ["mgn", "pointmlp"]
+    assert {r["trajectory"] for r in mgn["subjects"][0]["cases"]} == {"train", "inflow0.8"}
     assert mgn["mirror_domain_score"] > 0.5
-    assert sum(ledger["counts"]["mgn-continuity-guard"].values()) == len(mgn["heldout_frames"])
+    assert sum(ledger["counts"]["mgn-continuity-guard"].values()) == cases
     faults = json.loads((tmp_path / "mgn_faults.json").read_text())
     assert len(faults["mutants"]) == 12
     assert faults["mutants"]["BC_zero_inflow"]["summary"]["any"]["n"] == 2  # 1 subject x 2

@@ -27,20 +27,10 @@ def directed_edges(cells: Array) -> Array:
     return np.asarray(np.concatenate([unique, unique[:, ::-1]]).T, np.int64)
 
 
-def build(latent: int = 64, steps: int = 8, seed: int = 0) -> Any:
-    """A MeshGraphNet; the import of torch stays inside the function."""
+def normaliser() -> Any:
+    """The running-statistics normaliser class (torch imported inside)."""
     import torch
     from torch import nn
-
-    torch.manual_seed(seed)
-
-    def mlp(n_in: int, n_out: int, norm: bool = True) -> nn.Module:
-        layers: list[nn.Module] = [nn.Linear(n_in, latent), nn.ReLU(),
-                                   nn.Linear(latent, latent), nn.ReLU(),
-                                   nn.Linear(latent, n_out)]
-        if norm:
-            layers.append(nn.LayerNorm(n_out))
-        return nn.Sequential(*layers)
 
     class Normaliser(nn.Module):
         count: Any
@@ -66,6 +56,26 @@ def build(latent: int = 64, steps: int = 8, seed: int = 0) -> Any:
             mean = self.total / self.count.clamp(min=1)
             std = (self.squares / self.count.clamp(min=1) - mean ** 2).clamp(min=1e-8).sqrt()
             return x * std + mean
+
+    return Normaliser
+
+
+def build(latent: int = 64, steps: int = 8, seed: int = 0) -> Any:
+    """A MeshGraphNet; the import of torch stays inside the function."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+
+    def mlp(n_in: int, n_out: int, norm: bool = True) -> nn.Module:
+        layers: list[nn.Module] = [nn.Linear(n_in, latent), nn.ReLU(),
+                                   nn.Linear(latent, latent), nn.ReLU(),
+                                   nn.Linear(latent, n_out)]
+        if norm:
+            layers.append(nn.LayerNorm(n_out))
+        return nn.Sequential(*layers)
+
+    Normaliser = normaliser()
 
     class Block(nn.Module):
         def __init__(self) -> None:

@@ -1,32 +1,36 @@
-"""The MeshGraphNet part of the SciML study (first slice): a trained roster, node
-permutation and mirror-y on the asymmetric cylinder mesh, and one-step accuracy.
+"""The MeshGraphNet case study: a trained roster and a PointMLP baseline on the kit's
+cylinder flow, the relations the gate admits, the seeded faults and the second task.
 
-- Data: one phiflow trajectory on the cylinder mesh (``kit.sciml.cylinder``); the first
-  ``train_frames`` frame pairs train, the remaining pairs are held out (a temporal hold-out
-  of the same trajectory).
-- Roster: ``roster`` networks (4 seeds at the base size, one wider, one deeper when
-  ``roster`` is 6), trained on the one-step velocity update, cached by content hash.
-- Node permutation: ``permutation_seeds`` random relabellings per network and held-out
-  frame; V = max |f(P x) - P f(x)| / max |f(x)|, exact up to float rounding (tolerance
-  ``PERMUTATION_TOLERANCE``, predeclared).
+- Data: one phiflow training trajectory on the cylinder mesh (``kit.sciml.cylinder``):
+  its first ``train_frames`` frame pairs train, the remaining pairs are a temporal
+  hold-out; ``heldout_flows`` are further trajectories at other inflow speeds (other
+  Reynolds numbers) on the same mesh, never trained on.
+- Subjects (``kit.sciml.mgn_train``): the MeshGraphNet roster (4 seeds, one wider, one
+  deeper) and ``pointmlp`` seeds of the non-message-passing PointMLP, trained alike.
+- Node permutation: ``permutation_seeds`` random relabellings per subject and held-out
+  frame; V = max |f(P x) - P f(x)| / max |f(x)|, tolerance ``PERMUTATION_TOLERANCE``.
 - Mirror-y on the asymmetric mesh: reflected nodes miss the mesh (mismatch m in median
   edge lengths), so the gate retains it only as an OOD stress probe against its
   nearest-neighbour mapping floor, and every case is read with its domain score D.
+- Exact mirror-y on the symmetric channel (``meshes.symmetric_channel``, reflection a
+  verified bijection): admitted; V = ||f(M x) - M f(x)|| / ||f(x) - x|| (relative to the
+  predicted update) on ``EXACT_MIRROR_INPUTS`` constructed inputs (a parabolic channel
+  profile plus a seeded smooth perturbation), tolerance ``EXACT_MIRROR_TOLERANCE``.
 - P1 continuity: the reference next state's own interior P1 divergence, against a
   tolerance of ``ABSOLUTE_FRACTION`` of its velocity-gradient scale, decides absolute
   conservation (deferred when the reference's divergence dominates); the reference-relative
-  guard (prediction over reference divergence, threshold ``mgn_faults.CONSERVATION_THRESHOLD``)
-  is executed per subject and held-out frame.
-- Seeded faults (``kit.sciml.mgn_faults``): the catalogue, the adversarial mutants and the
-  two sweeps over the trained roster.
-- The second task (``kit.sciml.second_task``): the gate screens four relations on a
-  compressible airfoil case and the admitted one runs on the trained roster.
+  guard (prediction over reference divergence, threshold
+  ``mgn_faults.CONSERVATION_THRESHOLD``) is executed per subject and held-out frame.
+- One-step relative L2 against the reference next state: a diagnostic, not a verdict.
+- Seeded faults (``kit.sciml.mgn_faults``) over the MeshGraphNet roster, and the second
+  task (``kit.sciml.second_task``): the gate screens four relations on a compressible
+  airfoil case and the admitted one runs on the roster.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,36 +40,156 @@ from kit.sciml import mgn_faults
 from kit.sciml.cylinder import Flow, trajectory
 from kit.sciml.gate import APPROXIMATE, HOLDS, Evidence, decide
 from kit.sciml.ledger import Ledger
-from kit.sciml.meshes import HEIGHT, Mesh, placement_mismatch
+from kit.sciml.meshes import HEIGHT, LENGTH, Mesh, mirror_map, placement_mismatch, symmetric_channel
 from kit.sciml.mgn import directed_edges, permute_graph
-from kit.sciml.mgn_train import Subject, roster_subjects, tensors, train
+from kit.sciml.mgn_train import Subject, pointmlp_subjects, roster_subjects, train
 from kit.sciml.second_task import Airfoil, run_second_task
 from kit.sciml.verdicts import domain_score, judge
 
 Array = np.ndarray[Any, Any]
 PERMUTATION_TOLERANCE = 1.0e-5
 ABSOLUTE_FRACTION = 0.01  # absolute |div u| tolerance: 1% of the RMS velocity gradient
+EXACT_MIRROR_TOLERANCE = 1.0e-5
+EXACT_MIRROR_INPUTS = 3
+HELDOUT_FLOWS = (Flow(inflow=0.9, frames=10), Flow(inflow=1.1, frames=10))
 
 
-def _mirror(data: dict[str, Array], velocity: Array) -> tuple[Array, Array]:
+@dataclass(frozen=True)
+class Study:
+    """The cards and the shared measuring pieces of one run."""
+
+    ledger: Ledger
+    mesh: Mesh
+    divergence: mgn_faults.Divergence
+    mismatch: float
+    permutation_seeds: int
+
+
+def _graph(data: dict[str, Array], frame: int) -> mgn_faults.Graph:
+    return mgn_faults.Graph(data["mesh_pos"], data["velocity"][frame],
+                            data["node_type"][:, 0].astype(np.int64),
+                            directed_edges(data["cells"]))
+
+
+def _step(net: Any, graph: mgn_faults.Graph) -> Array:
+    import torch
+
+    with torch.no_grad():
+        return np.asarray(net.step(*[torch.tensor(a) for a in (
+            graph.pos, graph.velocity, graph.types, graph.edges)]).numpy())
+
+
+def _mirror(pos: Array, velocity: Array) -> tuple[Array, Array]:
     """The mirrored field on the mesh by nearest-neighbour mapping, and the map."""
-    from scipy.spatial import cKDTree
-
-    pos = data["mesh_pos"]
-    reflected = pos * np.array([1.0, -1.0]) + np.array([0.0, HEIGHT])
-    _, source = cKDTree(pos).query(reflected)
+    source = mgn_faults.mirror_map(pos)
     return velocity[source] * np.array([1.0, -1.0]), source
+
+
+def evaluate(study: Study, net: Any, name: str, data: dict[str, Array], frames: list[int],
+             tag: str) -> list[dict[str, Any]]:
+    """Permutation, mirror OOD, continuity guard and one-step accuracy on some frames."""
+    rows = []
+    for frame in frames:
+        graph = _graph(data, frame)
+        base = _step(net, graph)
+        truth = data["velocity"][frame + 1]
+        case = f"{name}-{tag}-f{frame}"
+        violations = []
+        for p_seed in range(study.permutation_seeds):
+            perm = np.random.default_rng(p_seed).permutation(len(graph.pos))
+            follow = _step(net, mgn_faults.Graph(*permute_graph(
+                perm, graph.pos, graph.velocity, graph.types, graph.edges)))
+            v = float(np.abs(follow - base[perm]).max() / np.abs(base).max())
+            violations.append(v)
+            study.ledger.add(judge("mgn-node-permutation", f"{case}-p{p_seed}", v,
+                                   PERMUTATION_TOLERANCE))
+        mirrored_in, _ = _mirror(graph.pos, graph.velocity)
+        mirrored_out = _step(net, graph.with_velocity(mirrored_in))
+        expected, _ = _mirror(graph.pos, base)
+        v_mirror = float(np.linalg.norm(mirrored_out - expected) / np.linalg.norm(base))
+        floor = mapping_floor(graph)
+        study.ledger.add(judge("mgn-mirror-y", case, v_mirror, tolerance=max(2 * floor, 1e-12),
+                               domain=domain_score(study.mismatch)))
+        ratio = study.divergence.rms(base) / study.divergence.rms(truth)
+        study.ledger.add(judge("mgn-continuity-guard", case, ratio,
+                               mgn_faults.CONSERVATION_THRESHOLD))
+        rows.append({"trajectory": tag, "frame": frame,
+                     "one_step_relative_l2": float(np.linalg.norm(base - truth)
+                                                   / np.linalg.norm(truth)),
+                     "permutation_violations": violations, "mirror_violation": v_mirror,
+                     "mirror_mapping_floor": floor, "continuity_ratio": ratio})
+    return rows
+
+
+def mapping_floor(graph: mgn_faults.Graph) -> float:
+    """Relative error of reflecting the input twice by the nearest-neighbour mapping."""
+    once, _ = _mirror(graph.pos, graph.velocity)
+    twice, _ = _mirror(graph.pos, once)
+    return float(np.linalg.norm(twice - graph.velocity) / np.linalg.norm(graph.velocity))
+
+
+def exact_mirror_inputs(mesh: Mesh, count: int) -> list[Array]:
+    """A parabolic channel profile plus a seeded smooth perturbation that vanishes on the
+    walls and the inflow (so the inputs respect the channel's boundary values)."""
+    x, y = mesh.pos[:, 0], mesh.pos[:, 1]
+    profile = 4.0 * y * (HEIGHT - y) / HEIGHT ** 2
+    inputs = []
+    modes = [(i, j) for i in range(1, 4) for j in range(1, 4)]
+    bumps = np.stack([np.sin(i * np.pi * x / LENGTH) * np.sin(j * np.pi * y / HEIGHT)
+                      for i, j in modes], 1)  # (N, 9), zero on every boundary
+    for seed in range(count):
+        amplitude = np.random.default_rng(seed).normal(scale=0.05, size=(len(modes), 2))
+        inputs.append(np.stack([profile, np.zeros_like(profile)], 1) + bumps @ amplitude)
+    return inputs
+
+
+def exact_mirror(ledger: Ledger, net: Any, name: str, channel: Mesh, target: Array
+                 ) -> list[float]:
+    graph = mgn_faults.Graph(channel.pos, np.zeros((len(channel.pos), 2)),
+                             channel.node_type.astype(np.int64),
+                             directed_edges(channel.cells))
+    violations = []
+    for seed, velocity in enumerate(exact_mirror_inputs(channel, EXACT_MIRROR_INPUTS)):
+        base = _step(net, graph.with_velocity(velocity))
+        mirrored = velocity[target] * np.array([1.0, -1.0])
+        follow = _step(net, graph.with_velocity(mirrored))
+        expected = base[target] * np.array([1.0, -1.0])
+        v = float(np.linalg.norm(follow - expected) / np.linalg.norm(base - velocity))
+        violations.append(v)
+        ledger.add(judge("mgn-mirror-y-exact", f"{name}-channel-input{seed}", v,
+                         EXACT_MIRROR_TOLERANCE))
+    return violations
+
+
+def _decide(ledger: Ledger, cards: dict[str, dict[str, Any]], data: dict[str, Array],
+            heldout: list[int], study: Study, channel: Mesh) -> dict[str, Any]:
+    perm_card, mirror_card = cards["mgn-node-permutation"], cards["mgn-mirror-y"]
+    ledger.decide(decide(perm_card, Evidence(
+        {perm_card["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=0.0,
+        tolerance=PERMUTATION_TOLERANCE)))
+    floor = mapping_floor(_graph(data, heldout[0]))
+    ledger.decide(decide(mirror_card, Evidence(
+        {mirror_card["preconditions"][0]: APPROXIMATE}, APPROXIMATE, APPROXIMATE,
+        floor=floor, tolerance=2 * floor,
+        notes={"placement mismatch m (median edge lengths)": f"{study.mismatch:.3g}"})))
+    exact = cards["mgn-mirror-y-exact"]
+    mirror_map(channel)  # raises unless the reflection is a verified bijection
+    ledger.decide(decide(exact, Evidence(
+        {exact["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=0.0,
+        tolerance=EXACT_MIRROR_TOLERANCE,
+        notes={"symmetric channel": f"{len(channel.pos)} nodes, bijection verified, "
+                                    f"placement mismatch {placement_mismatch(channel):.3g}"})))
+    return _continuity(ledger, cards, data, heldout, study.divergence)
 
 
 def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
             permutation_seeds: int = 5, flow: Flow | None = None,
             base: Subject | None = None, cache: Path | None = None,
-            airfoil: Airfoil | None = None) -> dict[str, dict[str, Any]]:
-    """Train the roster, decide and judge the relations, replay the seeded faults and
+            airfoil: Airfoil | None = None, heldout_flows: tuple[Flow, ...] = HELDOUT_FLOWS,
+            pointmlp: int = 3) -> dict[str, dict[str, Any]]:
+    """Train the subjects, decide and judge the relations, replay the seeded faults and
     screen the second task; returns the records by file name (``mgn.json``,
     ``mgn_faults.json``, ``second_task.json``)."""
-    import torch
-
     flow = flow or Flow()
     data = trajectory(flow, cache)
     frames = len(data["velocity"])
@@ -73,64 +197,37 @@ def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
     heldout = list(range(train_frames, frames - 1))
     key = json.dumps(asdict(flow), sort_keys=True)
     mesh = Mesh(data["mesh_pos"], data["cells"], data["node_type"][:, 0])
-    mismatch = placement_mismatch(mesh)
-    perm_card, mirror_card = cards["mgn-node-permutation"], cards["mgn-mirror-y"]
-    ledger.decide(decide(perm_card, Evidence(
-        {perm_card["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=0.0,
-        tolerance=PERMUTATION_TOLERANCE)))
-    record: dict[str, Any] = {"flow": asdict(flow), "nodes": len(mesh.pos),
-                              "train_frames": train_frames, "heldout_frames": heldout,
-                              "mirror_mismatch": mismatch,
-                              "mirror_domain_score": domain_score(mismatch), "subjects": []}
-    divergence = mgn_faults.Divergence(data["mesh_pos"], data["cells"], mesh.node_type)
-    record["continuity"] = _continuity(ledger, cards, data, heldout, divergence)
-    mirror_decided = False
+    study = Study(ledger, mesh, mgn_faults.Divergence(mesh.pos, mesh.cells, mesh.node_type),
+                  placement_mismatch(mesh), permutation_seeds)
+    channel = symmetric_channel()
+    target = mirror_map(channel)
+    others = {}
+    for other in heldout_flows:
+        found = trajectory(replace(other, nx=flow.nx, ny=flow.ny, centre=flow.centre,
+                                   radius=flow.radius), cache)
+        if not np.array_equal(found["mesh_pos"], data["mesh_pos"]):
+            raise ValueError(f"held-out trajectory {other} is not on the training mesh")
+        others[f"inflow{other.inflow:g}"] = found
+    record: dict[str, Any] = {
+        "flow": asdict(flow), "heldout_flows": [asdict(f) for f in heldout_flows],
+        "nodes": len(mesh.pos), "train_frames": train_frames, "heldout_frames": heldout,
+        "mirror_mismatch": study.mismatch, "mirror_domain_score": domain_score(study.mismatch),
+        "symmetric_channel_nodes": len(channel.pos),
+        "continuity": _decide(ledger, cards, data, heldout, study, channel), "subjects": []}
+    subjects = roster_subjects(roster, base or Subject(0))
+    subjects += pointmlp_subjects(pointmlp, base or Subject(0))
     nets = []
-    for subject in roster_subjects(roster, base or Subject(0)):
+    for subject in subjects:
         net = train(subject, data, train_frames, key, cache)
-        nets.append((asdict(subject), net))
-        rows = []
-        for frame in heldout:
-            pos, vel, types, edges = tensors(data, frame)
-            with torch.no_grad():
-                base_out = net.step(pos, vel, types, edges).numpy()
-                truth = data["velocity"][frame + 1]
-                accuracy = float(np.linalg.norm(base_out - truth) / np.linalg.norm(truth))
-                violations = []
-                for p_seed in range(permutation_seeds):
-                    perm = np.random.default_rng(p_seed).permutation(len(mesh.pos))
-                    moved = permute_graph(perm, data["mesh_pos"], data["velocity"][frame],
-                                          data["node_type"][:, 0].astype(np.int64),
-                                          directed_edges(data["cells"]))
-                    follow = net.step(*[torch.tensor(a) for a in moved]).numpy()
-                    v = float(np.abs(follow - base_out[perm]).max() / np.abs(base_out).max())
-                    violations.append(v)
-                    ledger.add(judge(perm_card["id"],
-                                     f"mgn-seed{subject.seed}-f{frame}-p{p_seed}", v,
-                                     PERMUTATION_TOLERANCE))
-                mirrored_in, _ = _mirror(data, data["velocity"][frame])
-                mirrored_out = net.step(pos, torch.tensor(mirrored_in), types, edges).numpy()
-                expected, _ = _mirror(data, base_out)
-                scale = float(np.linalg.norm(base_out))
-                v_mirror = float(np.linalg.norm(mirrored_out - expected) / scale)
-                floor = float(np.linalg.norm(_mirror(data, mirrored_in)[0]
-                                             - data["velocity"][frame])
-                              / np.linalg.norm(data["velocity"][frame]))
-            if not mirror_decided:
-                ledger.decide(decide(mirror_card, Evidence(
-                    {mirror_card["preconditions"][0]: APPROXIMATE}, APPROXIMATE, APPROXIMATE,
-                    floor=floor, tolerance=2 * floor,
-                    notes={"placement mismatch m (median edge lengths)": f"{mismatch:.3g}"})))
-                mirror_decided = True
-            ledger.add(judge(mirror_card["id"], f"mgn-seed{subject.seed}-f{frame}", v_mirror,
-                             tolerance=max(2 * floor, 1e-12), domain=domain_score(mismatch)))
-            ratio = divergence.rms(base_out) / divergence.rms(truth)
-            ledger.add(judge("mgn-continuity-guard", f"mgn-seed{subject.seed}-f{frame}", ratio,
-                             mgn_faults.CONSERVATION_THRESHOLD))
-            rows.append({"frame": frame, "one_step_relative_l2": accuracy,
-                         "permutation_violations": violations, "mirror_violation": v_mirror,
-                         "mirror_mapping_floor": floor, "continuity_ratio": ratio})
-        record["subjects"].append({**asdict(subject), "cases": rows})
+        if subject.arch == "mgn":
+            nets.append((asdict(subject), net))
+        rows = evaluate(study, net, subject.name, data, heldout, "train")
+        for tag, held in others.items():
+            rows += evaluate(study, net, subject.name, held,
+                             list(range(len(held["velocity"]) - 1)), tag)
+        record["subjects"].append({
+            **asdict(subject), "name": subject.name, "cases": rows,
+            "exact_mirror": exact_mirror(ledger, net, subject.name, channel, target)})
     faults = mgn_faults.run_catalogue(nets, data, heldout, permutation_seeds)
     second = run_second_task(ledger, cards, [net for _, net in nets], airfoil,
                              permutation_seeds)

@@ -1,10 +1,12 @@
 """Training of the kit's MeshGraphNet roster on the simulated cylinder flow.
 
 - Roster: ``roster`` networks (4 seeds at the base size, one wider, one deeper when
-  ``roster`` is 6), trained on the one-step velocity update with Adam (float64, one torch
-  thread), the normalisers accumulated over the training frames first.
+  ``roster`` is 6), and the PointMLP baseline's seeds, trained on the one-step velocity
+  update with Adam (float64, one torch thread), the normalisers accumulated over the
+  training frames first.
 - Cached by content hash of the subject, the data key and this module with
-  ``kit/sciml/mgn.py``, so the relation and fault studies can change without retraining.
+  ``kit/sciml/mgn.py`` and ``kit/sciml/pointmlp.py``, so the relation and fault studies can
+  change without retraining.
 """
 
 from __future__ import annotations
@@ -15,19 +17,36 @@ from typing import Any
 
 import numpy as np
 
+from kit.errors import KitError
 from kit.sciml import checkpoints
 from kit.sciml.mgn import build, directed_edges
+from kit.sciml.pointmlp import build_pointmlp
 
 Array = np.ndarray[Any, Any]
 
 
 @dataclass(frozen=True)
 class Subject:
+    """One trained network: ``arch`` "mgn" (``steps`` message-passing blocks) or
+    "pointmlp" (``steps`` hidden layers, no message passing)."""
+
     seed: int
     latent: int = 32
     steps: int = 6
     train_steps: int = 200
     lr: float = 1e-3
+    arch: str = "mgn"
+
+    @property
+    def name(self) -> str:
+        return f"{self.arch}-seed{self.seed}"
+
+    def build(self) -> Any:
+        if self.arch == "mgn":
+            return build(self.latent, self.steps, self.seed)
+        if self.arch == "pointmlp":
+            return build_pointmlp(self.latent, self.steps, self.seed)
+        raise KitError(f"unknown architecture {self.arch!r} (mgn, pointmlp)")
 
 
 def roster_subjects(roster: int, base: Subject) -> list[Subject]:
@@ -38,6 +57,11 @@ def roster_subjects(roster: int, base: Subject) -> list[Subject]:
     if roster > 5:
         subjects.append(replace(base, seed=5, steps=base.steps + 4))
     return subjects
+
+
+def pointmlp_subjects(count: int, base: Subject) -> list[Subject]:
+    """``count`` PointMLP seeds (64 wide, 3 hidden layers) with the roster's training."""
+    return [replace(base, seed=s, latent=64, steps=3, arch="pointmlp") for s in range(count)]
 
 
 def tensors(data: dict[str, Array], frame: int) -> list[Any]:
@@ -54,10 +78,11 @@ def train(subject: Subject, data: dict[str, Array], train_frames: int, key: str,
     import torch
 
     torch.set_num_threads(1)
-    digest = checkpoints.content_key(subject, (Path(__file__).with_name("mgn.py"),
-                                               Path(__file__)), key.encode())
-    path = checkpoints.cached_path("mgn", f"{subject.seed}-{digest}", cache)
-    net = build(subject.latent, subject.steps, subject.seed).double()
+    here = Path(__file__)
+    digest = checkpoints.content_key(subject, (here.with_name("mgn.py"),
+                                               here.with_name("pointmlp.py"), here), key.encode())
+    path = checkpoints.cached_path("mgn", f"{subject.name}-{digest}", cache)
+    net = subject.build().double()
     state = checkpoints.load(path)
     if state is not None:
         net.load_state_dict(state["model"])

@@ -26,7 +26,7 @@ from kit.sciml.fno import Recipe
 from kit.sciml.fno_study import run_fno
 from kit.sciml.gate import Evidence, decide
 from kit.sciml.ledger import Ledger
-from kit.sciml.mgn_study import run_mgn
+from kit.sciml.mgn_study import HELDOUT_FLOWS, run_mgn
 from kit.sciml.mgn_train import Subject
 from kit.sciml.operator_floor import finite_volume_balance, sweep
 from kit.sciml.pinn_study import run_pinn
@@ -46,7 +46,8 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
               pinn_roster: int = 15, pinn_recipe: pinn.Recipe | None = None,
               mgn_roster: int = 6, mgn_flow: Flow | None = None,
               mgn_subject: Subject | None = None, mgn_permutations: int = 5,
-              airfoil: Airfoil | None = None, cache: Path | None = None) -> dict[str, Any]:
+              airfoil: Airfoil | None = None, mgn_heldout: tuple[Flow, ...] = HELDOUT_FLOWS,
+              mgn_pointmlp: int = 3, cache: Path | None = None) -> dict[str, Any]:
     """Write the sweep, the FV balance, the FNO study and the verdict ledger under ``out``."""
     cards = load_cards()
     floor = sweep(refinements)
@@ -84,7 +85,8 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
     pinn_record = run_pinn(ledger, cards, pinn_roster, pinn_recipe, cache)
     write_atomic(out / "pinn.json", canonical_json(pinn_record))
     for name, record in run_mgn(ledger, cards, mgn_roster, mgn_permutations, mgn_flow,
-                                mgn_subject, cache, airfoil).items():
+                                mgn_subject, cache, airfoil, mgn_heldout,
+                                mgn_pointmlp).items():
         write_atomic(out / name, canonical_json(record))
     write_atomic(out / "operator_floor.json", canonical_json(
         {**floor, "absolute_tolerance": ABSOLUTE_TOLERANCE, "floor_margin": margin,
