@@ -27,9 +27,9 @@ Detectors, thresholds predeclared (the paper's Sec. 5.3-5.4, before any run here
 - conservation (reference-relative P1 continuity): the area-weighted RMS of the P1
   divergence over interior elements (no boundary node) of the predicted next state over
   that of the reference next state > ``CONSERVATION_THRESHOLD``;
-- mirror-y: the mirror violation ||g(M x) - M g(x)|| / ||g(x)|| (nearest-neighbour M, as in
-  the OOD stress probe) rising by more than ``MIRROR_THRESHOLD`` relative to the unmutated
-  pipeline's on the same trial.
+- mirror-y: the mirror violation ||g(M x) - M g(x)|| / ||g(x) - x|| (nearest-neighbour M,
+  relative to the predicted update, as in the OOD stress probe) rising by more than
+  ``MIRROR_THRESHOLD`` relative to the unmutated pipeline's on the same trial.
 
 A trial is one (subject, permutation seed) cell; its metrics are the maxima over the first
 ``EVAL_FRAMES`` held-out frames; the conservation and mirror detectors read the pipeline on
@@ -237,9 +237,16 @@ def run_trial(net: Any, frames: list[tuple[Graph, Array]], mutant: Mutant, seed:
         ratio = max(ratio, divergence.rms(g) / divergence.rms(truth))
         mirrored = graph.with_velocity(_reflect(graph.velocity, source))
         g_mirror = predict(net, mirrored.permuted(perm), mutant)[inverse]
-        mirror = max(mirror, float(np.linalg.norm(g_mirror - _reflect(g, source))
-                                   / np.linalg.norm(g)))
+        mirror = max(mirror, _relative(float(np.linalg.norm(g_mirror - _reflect(g, source))),
+                                       float(np.linalg.norm(g - graph.velocity))))
     return perm_v, ratio, mirror
+
+
+def _relative(violation: float, scale: float) -> float:
+    """violation / scale; a zero violation of a zero update is 0 (nothing to compare)."""
+    if scale > 0:
+        return float(violation / scale)
+    return 0.0 if violation == 0 else float(np.finfo(np.float64).max)
 
 
 def _rate(hits: int, n: int) -> dict[str, Any]:
