@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from kit import recompute_mgn
 from kit.errors import KitError
 from kit.recompute import constant, recorded
 from kit.sciml.operator_floor import loglog_fit
@@ -206,4 +207,5 @@ RECOMPUTE_SCIML: dict[str, Callable[..., Value]] = {
         fno_translation_passes, fno_translation_max, fno_conservation_failures,
         fno_dirichlet_rejected, fno_roster, pinn_roster, pinn_passes, pinn_failures,
         pinn_wilson, pinn_mean, pinn_mean_ci, pinn_compare, pinn_mr_a_vacuous, domain_max,
-        ledger_verdicts)}}
+        ledger_verdicts)},
+    **{f"sciml.{fn.__name__}": fn for fn in recompute_mgn.FUNCTIONS}}

@@ -33,6 +33,13 @@ def case() -> tuple[Any, mf.Graph, mf.Divergence, np.ndarray[Any, Any]]:
     return net, graph, mf.Divergence(mesh.pos, mesh.cells, types), velocity
 
 
+def test_interior_divergence_leaves_out_boundary_triangles(case: Any) -> None:
+    _, graph, full, _ = case
+    interior = mf.Divergence(graph.pos, full.cells, graph.types, interior=True)
+    assert np.all(graph.types[interior.cells] == NORMAL)
+    assert len(full.cells) > len(interior.cells) > 0
+
+
 def test_p1_divergence_is_exact_on_affine_fields(case: Any) -> None:
     _, graph, divergence, _ = case
     x, y = graph.pos[:, 0], graph.pos[:, 1]
@@ -40,7 +47,6 @@ def test_p1_divergence_is_exact_on_affine_fields(case: Any) -> None:
     np.testing.assert_allclose(divergence(solenoidal), 0.0, atol=1e-12)
     np.testing.assert_allclose(divergence(np.stack([3 * x, y], 1)), 4.0, rtol=1e-12)
     assert divergence.rms(np.stack([x * x, 0 * y], 1)) > 0.1  # not exact beyond affine
-    assert np.all(graph.types[divergence.cells] == NORMAL)
 
 
 def test_boundary_conditions_and_channel_mutants(case: Any) -> None:
@@ -87,7 +93,7 @@ def test_which_mutants_keep_permutation_equivariance(case: Any) -> None:
         assert change > 1e-5 * update, name  # far above rounding (1e-16)
 
 
-def test_the_adversarial_offset_is_invisible_to_interior_continuity(case: Any) -> None:
+def test_the_adversarial_offset_is_invisible_to_continuity(case: Any) -> None:
     net, graph, divergence, velocity = case
     source = mf.mirror_map(graph.pos)
     _, base_ratio, _ = mf.run_trial(net, [(graph, velocity)], mf.CONTROL, 0, divergence, source)
@@ -98,6 +104,10 @@ def test_the_adversarial_offset_is_invisible_to_interior_continuity(case: Any) -
     skip = mf.run_trial(net, [(graph, velocity)], mf.Mutant("NS_skip_denorm", "x"), 0,
                         divergence, source)[1]
     assert abs(skip - base_ratio) > 1e-3 * base_ratio
+    # a boundary-condition fault shows in the divergence over every triangle
+    inflow = mf.run_trial(net, [(graph, velocity)], mf.Mutant("BC_zero_inflow", "x"), 0,
+                          divergence, source)[1]
+    assert inflow > 1.05 * base_ratio
 
 
 def test_detection_thresholds_and_precision_recall() -> None:

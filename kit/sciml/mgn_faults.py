@@ -14,9 +14,10 @@ velocity), wall and obstacle nodes zero velocity. A mutant changes one part of i
     physical channel     PC_swap_xy (output channels swapped), PC_zero_vy (v_y zeroed on the
                          first p of the nodes in index order, canonical p = 1)
     adversarial          ADV_frozen (the update skipped: the next state is the current one),
-                         ADV_uniform_offset (a uniform x-velocity offset of 5% of the mean
-                         inflow on fluid nodes: affine, so P1-divergence-free, mirror-
-                         symmetric and label-free), built to share every detector's invariance
+                         ADV_uniform_offset (5% of the mean inflow added to every node's
+                         x-velocity after the boundary conditions: it breaks no-slip, but an
+                         affine change is P1-divergence-free, mirror-symmetric and
+                         label-free), built to share every detector's invariance
 
 Edge mutants act on edge positions, which a node relabelling keeps, so they stay
 permutation-equivariant; PC_zero_vy with p < 1 selects nodes by index and does not.
@@ -25,8 +26,8 @@ Detectors, thresholds predeclared (the paper's Sec. 5.3-5.4, before any run here
 
 - node permutation: V = max |g(P x) - P g(x)| / max |g(x)| > ``PERMUTATION_THRESHOLD``;
 - conservation (reference-relative P1 continuity): the area-weighted RMS of the P1
-  divergence over interior elements (no boundary node) of the predicted next state over
-  that of the reference next state > ``CONSERVATION_THRESHOLD``;
+  divergence over every triangle of the predicted next state over that of the reference
+  next state > ``CONSERVATION_THRESHOLD``;
 - mirror-y: the mirror violation ||g(M x) - M g(x)|| / ||g(x) - x|| (nearest-neighbour M,
   relative to the predicted update, as in the OOD stress probe) rising by more than
   ``MIRROR_THRESHOLD`` relative to the unmutated pipeline's on the same trial.
@@ -150,7 +151,7 @@ def predict(net: Any, graph: Graph, mutant: Mutant = CONTROL) -> Array:
     elif mutant.name == "PC_zero_vy":
         out[: round(mutant.severity * len(out)), 1] = 0.0
     elif mutant.name == "ADV_uniform_offset":
-        out[graph.types == NORMAL, 0] += mutant.severity * _inflow_speed(graph)
+        out[:, 0] += mutant.severity * _inflow_speed(graph)
     return np.asarray(out)
 
 
@@ -169,11 +170,11 @@ def _impose(graph: Graph, out: Array, mutant: Mutant) -> Array:
 
 
 class Divergence:
-    """The P1 divergence per interior triangle (no boundary node) of a nodal velocity."""
+    """The P1 divergence per triangle of a nodal velocity: over every triangle, or with
+    ``interior`` only over those without a boundary node."""
 
-    def __init__(self, pos: Array, cells: Array, types: Array) -> None:
-        interior = np.all(types[cells] == NORMAL, axis=1)
-        self.cells = cells[interior]
+    def __init__(self, pos: Array, cells: Array, types: Array, interior: bool = False) -> None:
+        self.cells = cells[np.all(types[cells] == NORMAL, axis=1)] if interior else cells
         p = pos[self.cells].transpose(2, 1, 0)  # (2, 3, K)
         self.area = 0.5 * np.abs((p[0, 1] - p[0, 0]) * (p[1, 2] - p[1, 0])
                                  - (p[0, 2] - p[0, 0]) * (p[1, 1] - p[1, 0]))

@@ -141,7 +141,7 @@ def run_second_task(ledger: Ledger, cards: dict[str, dict[str, Any]], nets: list
     case = case or Airfoil()
     mesh = airfoil_mesh(case)
     velocity, density = compressible_field(case, mesh.pos)
-    divergence = Divergence(mesh.pos, mesh.cells, mesh.node_type)
+    divergence = Divergence(mesh.pos, mesh.cells, mesh.node_type, interior=True)
     variation = float((density.max() - density.min()) / 1.0)
     source = _reflection(mesh.pos)
     inflow = mesh.node_type == INFLOW
