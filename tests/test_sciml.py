@@ -30,7 +30,8 @@ def holding(c: dict, **over: object) -> Evidence:
 
 def test_shipped_cards_validate() -> None:
     cards = load_cards()
-    assert len(cards) == 10
+    assert len(cards) == len(list(CARDS.glob("*.yaml"))) == 17
+    assert {c["id"] for c in cards.values()} == set(cards)
     assert cards["p1-divergence-absolute"]["source_category"] == "conservation"
 
 
