@@ -22,8 +22,10 @@ from kit.sciml.stats import wilson
 
 REPLICAS = (0, 1, 2, 3)
 VARIANTS = (4, 5)
-METRICS = ("one_step_relative_l2", "mirror_violation", "mirror_ratio", "continuity_ratio",
-           "permutation_max")
+METRICS = ("one_step_relative_l2", "mirror_violation", "mirror_mapping_floor", "mirror_ratio",
+           "continuity_ratio", "continuity_v_tol", "permutation_max", "permutation_v_tol")
+PERMUTATION_TOLERANCE = 1.0e-5
+GUARD_TOLERANCE = 0.5
 
 
 def _subjects(ev: Any, arch: str, seeds: list[int] | None) -> list[dict[str, Any]]:
@@ -48,6 +50,10 @@ def _metric(row: dict[str, Any], metric: str) -> float:
         return float(row["mirror_violation"] / row["mirror_mapping_floor"])
     if metric == "permutation_max":
         return float(max(row["permutation_violations"]))
+    if metric == "permutation_v_tol":
+        return float(max(row["permutation_violations"])) / PERMUTATION_TOLERANCE
+    if metric == "continuity_v_tol":
+        return max(float(row["continuity_ratio"]) - 1.0, 0.0) / GUARD_TOLERANCE
     if metric not in METRICS:
         raise KitError(f"unknown MGN metric {metric!r}; metrics: {METRICS}")
     return float(row[metric])
@@ -112,33 +118,36 @@ def mgn_architectures(ev: Any) -> Value:
     return len(groups) + len(record.get("implementations", []))
 
 
-def _verdicts(ev: Any, card: str, prefix: str | None, contains: str | None
-              ) -> list[str]:
+Prefix = str | list[str] | None
+
+
+def _verdicts(ev: Any, card: str, prefix: Prefix, contains: str | None) -> list[str]:
+    starts = (prefix,) if isinstance(prefix, str) else tuple(prefix or ())
     rows = [v["verdict"] for v in ev.json("ledger.json")["verdicts"]
-            if v["card"] == card and (prefix is None or v["case"].startswith(prefix))
+            if v["card"] == card and (not starts or v["case"].startswith(starts))
             and (contains is None or contains in v["case"])]
     if not rows:
         raise KitError(f"{ev.root}/ledger.json: no verdicts of {card} ({prefix}, {contains})")
     return rows
 
 
-def verdict_count(ev: Any, card: str, verdicts: list[str], prefix: str | None = None,
+def verdict_count(ev: Any, card: str, verdicts: list[str], prefix: Prefix = None,
                   contains: str | None = None) -> Value:
     return sum(v in verdicts for v in _verdicts(ev, card, prefix, contains))
 
 
-def verdict_share(ev: Any, card: str, verdicts: list[str], prefix: str | None = None,
+def verdict_share(ev: Any, card: str, verdicts: list[str], prefix: Prefix = None,
                   contains: str | None = None) -> Value:
     rows = _verdicts(ev, card, prefix, contains)
     return sum(v in verdicts for v in rows) / len(rows)
 
 
-def verdict_total(ev: Any, card: str, prefix: str | None = None, contains: str | None = None
+def verdict_total(ev: Any, card: str, prefix: Prefix = None, contains: str | None = None
                   ) -> Value:
     return len(_verdicts(ev, card, prefix, contains))
 
 
-def verdict_exact_interval(ev: Any, card: str, verdicts: list[str], prefix: str | None = None,
+def verdict_exact_interval(ev: Any, card: str, verdicts: list[str], prefix: Prefix = None,
                            contains: str | None = None) -> Value:
     """Clopper-Pearson 95% interval of the share of those verdicts."""
     from scipy.stats import binomtest
@@ -296,6 +305,16 @@ def fault_sweep_levels(ev: Any, sweep: str) -> Value:
     return [float(k) for k in _faults(ev)[sweep]]
 
 
+def fault_eval_frames(ev: Any) -> Value:
+    return len(_faults(ev)["eval_frames"])
+
+
+def fault_some_recorded(ev: Any) -> Value:
+    """``fault_mutants(mode="some")`` read from the per-mutant summaries the run recorded."""
+    return int(sum(0 < m["summary"]["any"]["detected"] < m["summary"]["any"]["n"]
+               for m in _canonical(ev).values()))
+
+
 def fault_pr(ev: Any, detector: str, field: str) -> Value:
     value = _faults(ev)["precision_recall"][detector][field]
     if value is None:
@@ -323,4 +342,5 @@ FUNCTIONS: tuple[Callable[..., Value], ...] = (
     verdict_exact_interval, decision, exact_mirror, fault_catalogue, fault_detected,
     fault_metric, fault_mutants, fault_mode_wilson, fault_classes_caught,
     fault_detected_metric, fault_union_by_subject, fault_sweep, fault_sweep_wilson,
-    fault_sweep_levels, fault_pr, second, second_density_ratio, second_permutation_max)
+    fault_sweep_levels, fault_eval_frames, fault_some_recorded, fault_pr, second,
+    second_density_ratio, second_permutation_max)

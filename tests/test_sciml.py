@@ -245,3 +245,21 @@ def test_untrained_fno_translation_equivariance_depends_on_the_embedding() -> No
     found = embedding_effect([[1, 0], [0, 3]])
     assert found["none"] < 1e-6
     assert found["grid"] > 1e-3
+
+
+def test_an_fno_checkpoint_reloads_weights_only(tmp_path: Path) -> None:
+    """neuraloperator's state dict carries its constructor arguments (a function among
+    them); the cache keeps tensors only, so a weights-only load of it works, and a file
+    that does not load is treated as missing rather than crashing the run."""
+    from kit.sciml import checkpoints
+    from kit.sciml.fno import Recipe, build
+
+    model = build(Recipe("heat", 0, modes=4, hidden=4))
+    path = tmp_path / "fno.pt"
+    checkpoints.save(path, model, note=1)
+    state = checkpoints.load(path)
+    assert state is not None
+    assert state["note"] == 1
+    model.load_state_dict(state["model"])
+    path.write_bytes(b"not a checkpoint")
+    assert checkpoints.load(path) is None

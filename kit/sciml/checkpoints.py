@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -30,18 +31,30 @@ def cached_path(kind: str, stem: str, cache: Path | None, suffix: str = ".pt") -
 
 
 def load(path: Path) -> dict[str, Any] | None:
-    """The saved record (``model`` state dict and extras), or None when not cached."""
+    """The saved record (``model`` state dict and extras), or None when not cached. An
+    entry that does not load as plain tensors (weights only) is reported and treated as
+    missing, so the subject is trained again and the entry rewritten."""
     if not path.is_file():
         return None
+    import pickle
+
     import torch
 
-    return torch.load(path, weights_only=True)  # type: ignore[no-any-return]
+    try:
+        return torch.load(path, weights_only=True)  # type: ignore[no-any-return]
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
+        print(f"checkpoints: {path}: unreadable cache entry, training again "
+              f"({type(exc).__name__})", file=sys.stderr)
+        return None
 
 
 def save(path: Path, model: Any, **extra: Any) -> None:
-    """Write ``{"model": state_dict, **extra}`` atomically."""
+    """Write ``{"model": state_dict, **extra}`` atomically, tensors only (neuraloperator
+    adds its constructor arguments as ``_metadata``, which a weights-only load refuses and
+    its ``load_state_dict`` does not need)."""
     import torch
 
+    state = {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
     buffer = io.BytesIO()
-    torch.save({"model": model.state_dict(), **extra}, buffer)
+    torch.save({"model": state, **extra}, buffer)
     write_atomic(path, buffer.getvalue())
