@@ -180,8 +180,11 @@ class Outcome:
         return dict(self.__dict__)
 
 
-def evaluate(ledger: dict[str, Any], root: Path) -> list[Outcome]:
-    """Every claim on every substrate of the ledger; evidence folders relative to root."""
+def evaluate(ledger: dict[str, Any], root: Path, problems: list[str] | None = None
+             ) -> list[Outcome]:
+    """Every claim on every substrate of the ledger; evidence folders relative to root.
+    A claim that cannot be recomputed raises KitError, or, when ``problems`` is given, is
+    appended there (naming the claim and the file) while the other claims go on."""
     outcomes = []
     if ledger["study"] not in STUDIES:
         raise KitError(f"ledger of unknown study {ledger['study']!r}; studies: {sorted(STUDIES)}")
@@ -200,14 +203,20 @@ def evaluate(ledger: dict[str, Any], root: Path) -> list[Outcome]:
                                         f"no {substrate} evidence in {folder}"))
                 continue
             evidence = _evidence(folder, reader)
-            value = call(rule.get("compute", claim["compute"]), evidence)
-            holds, shown = decide(rule, value, claim.get("value"), evidence)
-            finding = ""
-            if "finding" in rule:
-                direction = rule["finding"]
-                found = call(direction.get("compute", claim["compute"]), evidence)
-                kept, said = decide(direction, found, claim.get("value"), evidence)
-                finding = f"{'reproduced' if kept else 'reversed'} ({_show(found)} {said})"
+            try:
+                value = call(rule.get("compute", claim["compute"]), evidence)
+                holds, shown = decide(rule, value, claim.get("value"), evidence)
+                finding = ""
+                if "finding" in rule:
+                    direction = rule["finding"]
+                    found = call(direction.get("compute", claim["compute"]), evidence)
+                    kept, said = decide(direction, found, claim.get("value"), evidence)
+                    finding = f"{'reproduced' if kept else 'reversed'} ({_show(found)} {said})"
+            except KitError as exc:
+                if problems is None:
+                    raise
+                problems.append(f"claim {claim['id']} ({substrate}): {exc}")
+                continue
             outcomes.append(Outcome(claim["id"], substrate, claim["published"], _show(value),
                                     f"{rule['rule']}: {shown}",
                                     "holds" if holds else "differs", finding=finding))

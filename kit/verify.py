@@ -217,7 +217,7 @@ def verify(root: Path = ROOT, json_out: Path | None = None,
     outcomes: list[Outcome] = []
     for ledger in ledgers:
         try:
-            outcomes += evaluate(ledger, root)
+            outcomes += evaluate(ledger, root, problems)
         except KitError as exc:
             problems.append(str(exc))
     print_outcomes(outcomes)
