@@ -78,9 +78,15 @@ def verify(session: nox.Session) -> None:
 
 @nox.session
 def sciml(session: nox.Session) -> None:
-    """SciML study: operator floor, FV balance, FNO, PINN and the first MeshGraphNet slice."""
+    """SciML study: operator floor, FV balance, FNO, PINN, MeshGraphNet (with PhysicsNeMo,
+    whose environment is built first; -- --without-physicsnemo leaves it out)."""
+    without = "--without-physicsnemo" in session.posargs
+    if not without:
+        session.run(_python(), "-m", "kit.venvs", "physicsnemo", external=True)
     session.run(_python(), "-c", "from kit.runtimes import ROOT; from kit.sciml.run import "
-                "run_sciml; run_sciml(ROOT / 'runs' / 'sciml')", external=True)
+                "run_sciml; from kit.venvs import cache_dir, venv_python; run_sciml(ROOT / "
+                "'runs' / 'sciml', physicsnemo=" + ("None" if without else
+                "venv_python(cache_dir() / 'venvs' / 'physicsnemo')") + ")", external=True)
 
 
 @nox.session

@@ -109,13 +109,12 @@ def mgn_transitions(ev: Any, trajectory: str, seed: int = 0) -> Value:
 
 def mgn_architectures(ev: Any) -> Value:
     """Cylinder-flow architectures beyond the seed replicas: the wider/deeper variants,
-    the PointMLP, and any further implementation recorded in ``mgn.json``."""
-    record = ev.json("mgn.json")
+    the PointMLP and PhysicsNeMo's MeshGraphNet, as far as ``mgn.json`` holds them."""
     groups = set()
-    for s in record["subjects"]:
+    for s in ev.json("mgn.json")["subjects"]:
         groups.add("variants" if s["arch"] == "mgn" and s["seed"] in VARIANTS else s["arch"])
     groups.discard("mgn")
-    return len(groups) + len(record.get("implementations", []))
+    return len(groups)
 
 
 Prefix = str | list[str] | None

@@ -5,7 +5,14 @@ two runtime environments of the ``venv`` backend (``.kit/venvs/ref`` and ``cand`
 the same locks the Dockerfiles install). An environment is reused only while the stamp
 inside it matches the lock's sha256; otherwise it is rebuilt from scratch.
 
-    python -m kit.venvs tools|ref|cand     build (or confirm) one environment
+    python -m kit.venvs tools|ref|cand|physicsnemo     build (or confirm) one environment
+
+``physicsnemo`` (``.kit/venvs/physicsnemo``, from ``locks/physicsnemo.lock``) runs NVIDIA
+PhysicsNeMo's MeshGraphNet for the SciML study's cross-implementation check: a separate
+environment because physicsnemo needs a newer fsspec than the tools lock pins. Its
+torch_scatter has no wheel for this torch and is built from its hash-pinned sdist after
+everything else is installed (``FORCE_CUDA=0``, no build isolation: the build imports
+torch); antlr4-python3-runtime is a pure-Python sdist built in isolation.
 """
 
 from __future__ import annotations
@@ -80,8 +87,8 @@ def failure_tail(proc: subprocess.CompletedProcess[str], lines: int = 25) -> str
     return "\n".join(said[-lines:])
 
 
-def _run(cmd: list[str], what: str) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise EnvironmentFailed(f"{what} failed (exit {proc.returncode}):\n"
                                 + failure_tail(proc))
@@ -89,7 +96,31 @@ def _run(cmd: list[str], what: str) -> None:
 
 # Pure-Python packages published only as source archives: pinned by the sdist's sha256 in
 # the lock and built here; every other package must come as a wheel.
-SOURCE_ONLY = ("phiflow", "phiml", "tfrecord")
+SOURCE_ONLY = ("phiflow", "phiml", "tfrecord", "antlr4-python3-runtime")
+# Built after the rest of its environment, against the torch installed there.
+BUILT_AGAINST_TORCH = ("torch-scatter",)
+PHYSICSNEMO_LOCK = ROOT / "locks" / "physicsnemo.lock"
+
+
+def split_lock(lock: Path, names: tuple[str, ...]) -> tuple[str, str]:
+    """(the lock without the ``names`` blocks, only those blocks), both with the header
+    (index options), so each installs with ``--require-hashes``."""
+    header: list[str] = []
+    blocks: list[list[str]] = []
+    for line in lock.read_text().splitlines(keepends=True):
+        if re.match(r"^[A-Za-z0-9_.-]+==", line):
+            blocks.append([line])
+        elif blocks:
+            blocks[-1].append(line)
+        else:
+            header.append(line)
+
+    def chosen(block: list[str]) -> bool:
+        return block[0].split("==")[0].lower().replace("_", "-") in names
+
+    rest = "".join(header + [line for b in blocks if not chosen(b) for line in b])
+    only = "".join(header + [line for b in blocks if chosen(b) for line in b])
+    return rest, only
 
 
 def ensure_venv(path: Path, lock: Path, editable: Path | None = None,
@@ -109,9 +140,18 @@ def ensure_venv(path: Path, lock: Path, editable: Path | None = None,
     _run([python, "-m", "venv", str(path)], f"creating {path}")
     pip = [str(venv_python(path)), "-m", "pip", "install", "--quiet",
            "--disable-pip-version-check", "--no-input"]
+    rest, later = split_lock(lock, BUILT_AGAINST_TORCH)
+    requirements = path / "kit-requirements.txt"
+    requirements.write_text(rest)
     _run([*pip, "--require-hashes", "--no-deps", "--only-binary", ":all:",
-          "--no-binary", ",".join(SOURCE_ONLY), "-r", str(lock)],
+          "--no-binary", ",".join(SOURCE_ONLY), "-r", str(requirements)],
          f"installing {lock} into {path}")
+    if re.search(r"^[A-Za-z0-9_.-]+==", later, re.M):
+        requirements.write_text(later)
+        _run([*pip, "--require-hashes", "--no-deps", "--no-build-isolation", "-r",
+              str(requirements)], f"building {', '.join(BUILT_AGAINST_TORCH)} into {path}",
+             env={**os.environ, "FORCE_CUDA": "0"})
+    requirements.unlink()
     if editable is not None:
         _run([*pip, "--no-deps", "--no-build-isolation", "-e", str(editable)],
              f"installing {editable} (editable) into {path}")
@@ -124,6 +164,11 @@ def ensure_tools() -> Path:
     return ensure_venv(TOOLS_VENV, TOOLS_LOCK, editable=ROOT)
 
 
+def ensure_physicsnemo() -> Path:
+    """The PhysicsNeMo environment (about 6.4 GB; torch_scatter builds in 5-11 minutes)."""
+    return ensure_venv(cache_dir() / "venvs" / "physicsnemo", PHYSICSNEMO_LOCK)
+
+
 def ensure_runtime(name: str) -> Path:
     """The virtual environment of runtime ``name``, from that runtime's lock."""
     from kit.runtimes import get_runtime
@@ -134,11 +179,12 @@ def ensure_runtime(name: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or args[0] not in ("tools", "ref", "cand"):
-        print("usage: python -m kit.venvs tools|ref|cand", file=sys.stderr)
+    if len(args) != 1 or args[0] not in ("tools", "ref", "cand", "physicsnemo"):
+        print("usage: python -m kit.venvs tools|ref|cand|physicsnemo", file=sys.stderr)
         return 2
     try:
-        python = ensure_tools() if args[0] == "tools" else ensure_runtime(args[0])
+        python = ensure_tools() if args[0] == "tools" else ensure_physicsnemo() \
+            if args[0] == "physicsnemo" else ensure_runtime(args[0])
     except (ConfigError, EnvironmentFailed) as exc:
         print(f"kit: error: {exc}", file=sys.stderr)
         return 2

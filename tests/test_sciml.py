@@ -136,6 +136,7 @@ def test_statistics_against_known_values() -> None:
 
 def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     import json
+    import sys
 
     from kit.sciml.fno import Recipe
     from kit.sciml.pinn import Recipe as PinnRecipe
@@ -155,7 +156,8 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
                        mgn_permutations=2, airfoil=Airfoil(max_area=2e-3, segments=80),
                        mgn_heldout=(Flow(inflow=0.8, nx=32, ny=16, spinup=2, frames=2,
                                          stride=1),),
-                       mgn_pointmlp=1, cache=tmp_path / "cache")
+                       mgn_pointmlp=1, physicsnemo=Path(sys.executable),
+                       physicsnemo_backend="kit", cache=tmp_path / "cache")
     decisions = {d["card"]: d["decision"] for d in ledger["decisions"]}
     assert decisions == {"p1-divergence-absolute": "deferred",
                          "fv-flux-conservation": "retained-executable",
@@ -188,13 +190,15 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     assert sum(ledger["counts"]["pinn-boundary-residual"].values()) == 4
     assert -1 <= pinn["mr_b_comparison"]["cliffs_delta_heat_vs_burgers"] <= 1
     mgn = json.loads((tmp_path / "mgn.json").read_text())
-    # 2 subjects (1 MGN, 1 PointMLP) x (held-out frames + 1 frame of the other trajectory)
-    cases = 2 * (len(mgn["heldout_frames"]) + 1)
+    # 3 subjects (1 MGN, 1 PointMLP, 1 served through the PhysicsNeMo worker's pipe) x
+    # (held-out frames + 1 frame of the other trajectory)
+    cases = 3 * (len(mgn["heldout_frames"]) + 1)
     assert ledger["counts"]["mgn-node-permutation"] == {"pass": 2 * cases}
     assert set(ledger["counts"]["mgn-mirror-y"]) == {"out-of-relation-domain"}
     assert sum(ledger["counts"]["mgn-mirror-y"].values()) == cases
-    assert sum(ledger["counts"]["mgn-mirror-y-exact"].values()) == 2 * 3
-    assert [s["arch"] for s in mgn["subjects"]] == ["mgn", "pointmlp"]
+    assert sum(ledger["counts"]["mgn-mirror-y-exact"].values()) == 3 * 3
+    assert [s["arch"] for s in mgn["subjects"]] == ["mgn", "pointmlp", "physicsnemo"]
+    assert mgn["physicsnemo"].startswith("run: kit backend")
     assert {r["trajectory"] for r in mgn["subjects"][0]["cases"]} == {"train", "inflow0.8"}
     assert mgn["mirror_domain_score"] > 0.5
     assert sum(ledger["counts"]["mgn-continuity-guard"].values()) == cases

@@ -63,3 +63,19 @@ def test_an_environment_never_rebuilds_itself(tmp_path: Path,
     with pytest.raises(EnvironmentFailed, match="runs from it, so it cannot rebuild itself"):
         venvs.ensure_venv(env, lock)
     assert (env / "bin" / "python").exists()
+
+
+def test_split_lock_separates_the_packages_built_against_torch(tmp_path: Path) -> None:
+    from kit.venvs import PHYSICSNEMO_LOCK, lock_requirements, split_lock
+
+    rest, later = split_lock(PHYSICSNEMO_LOCK, ("torch-scatter",))
+    (tmp_path / "rest.txt").write_text(rest)
+    (tmp_path / "later.txt").write_text(later)
+    first = lock_requirements(tmp_path / "rest.txt")
+    second = lock_requirements(tmp_path / "later.txt")
+    assert list(second) == ["torch-scatter==2.1.2"]
+    assert "torch==2.14.1" in first
+    assert "torch-scatter==2.1.2" not in first
+    assert len(first) + 1 == len(lock_requirements(PHYSICSNEMO_LOCK))
+    # both keep the lock's index options
+    assert later.splitlines()[0] == rest.splitlines()[0]

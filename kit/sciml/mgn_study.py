@@ -6,7 +6,10 @@ cylinder flow, the relations the gate admits, the seeded faults and the second t
   hold-out; ``heldout_flows`` are further trajectories at other inflow speeds (other
   Reynolds numbers) on the same mesh, never trained on.
 - Subjects (``kit.sciml.mgn_train``): the MeshGraphNet roster (4 seeds, one wider, one
-  deeper) and ``pointmlp`` seeds of the non-message-passing PointMLP, trained alike.
+  deeper) and ``pointmlp`` seeds of the non-message-passing PointMLP, trained alike; with
+  ``physicsnemo`` (the interpreter of its environment) also NVIDIA PhysicsNeMo's
+  MeshGraphNet at the roster's base size, trained on the same frames through
+  ``kit.sciml.physicsnemo_subject``, a second implementation for the same relations.
 - Node permutation: ``permutation_seeds`` random relabellings per subject and held-out
   frame; V = max |f(P x) - P f(x)| / max |f(x)|, tolerance ``PERMUTATION_TOLERANCE``.
 - Mirror-y on the asymmetric mesh: reflected nodes miss the mesh (mismatch m in median
@@ -47,6 +50,7 @@ from kit.sciml.ledger import Ledger
 from kit.sciml.meshes import HEIGHT, LENGTH, Mesh, mirror_map, placement_mismatch, symmetric_channel
 from kit.sciml.mgn import directed_edges, permute_graph
 from kit.sciml.mgn_train import Subject, pointmlp_subjects, roster_subjects, train
+from kit.sciml.physicsnemo_subject import Remote
 from kit.sciml.second_task import Airfoil, run_second_task
 from kit.sciml.verdicts import domain_score, judge
 
@@ -235,7 +239,8 @@ def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
             permutation_seeds: int = 5, flow: Flow | None = None,
             base: Subject | None = None, cache: Path | None = None,
             airfoil: Airfoil | None = None, heldout_flows: tuple[Flow, ...] = HELDOUT_FLOWS,
-            pointmlp: int = 3) -> dict[str, dict[str, Any]]:
+            pointmlp: int = 3, physicsnemo: Path | None = None,
+            physicsnemo_backend: str = "physicsnemo") -> dict[str, dict[str, Any]]:
     """Train the subjects, decide and judge the relations, replay the seeded faults and
     screen the second task; returns the records by file name (``mgn.json``,
     ``mgn_faults.json``, ``second_task.json``)."""
@@ -279,6 +284,19 @@ def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
             **asdict(subject), "name": subject.name, "cases": rows,
             "exact_mirror": exact_mirror(ledger, net, subject.name, channel, target,
                                          control=subject.arch == "mgn")})
+    record["physicsnemo"] = "not run: no PhysicsNeMo environment given"
+    if physicsnemo is not None:
+        subject = replace(base or Subject(0), seed=0, arch="physicsnemo")
+        with Remote(physicsnemo, physicsnemo_backend) as remote:
+            remote.train(subject, data, train_frames, key, cache)
+            rows = evaluate(study, remote, subject.name, data, heldout, "train")
+            for tag, held in others.items():
+                rows += evaluate(study, remote, subject.name, held,
+                                 list(range(len(held["velocity"]) - 1)), tag)
+            record["subjects"].append({
+                **asdict(subject), "name": subject.name, "cases": rows, **remote.info,
+                "exact_mirror": exact_mirror(ledger, remote, subject.name, channel, target)})
+        record["physicsnemo"] = f"run: {physicsnemo_backend} backend of physicsnemo_worker.py"
     faults = mgn_faults.run_catalogue(nets, data, heldout, permutation_seeds)
     second = run_second_task(ledger, cards, [net for _, net in nets], airfoil,
                              permutation_seeds)

@@ -47,7 +47,9 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
               mgn_roster: int = 6, mgn_flow: Flow | None = None,
               mgn_subject: Subject | None = None, mgn_permutations: int = 5,
               airfoil: Airfoil | None = None, mgn_heldout: tuple[Flow, ...] = HELDOUT_FLOWS,
-              mgn_pointmlp: int = 3, cache: Path | None = None) -> dict[str, Any]:
+              mgn_pointmlp: int = 3, physicsnemo: Path | None = None,
+              physicsnemo_backend: str = "physicsnemo", cache: Path | None = None
+              ) -> dict[str, Any]:
     """Write the sweep, the FV balance, the FNO study and the verdict ledger under ``out``."""
     cards = load_cards()
     floor = sweep(refinements)
@@ -86,7 +88,7 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
     write_atomic(out / "pinn.json", canonical_json(pinn_record))
     for name, record in run_mgn(ledger, cards, mgn_roster, mgn_permutations, mgn_flow,
                                 mgn_subject, cache, airfoil, mgn_heldout,
-                                mgn_pointmlp).items():
+                                mgn_pointmlp, physicsnemo, physicsnemo_backend).items():
         write_atomic(out / name, canonical_json(record))
     write_atomic(out / "operator_floor.json", canonical_json(
         {**floor, "absolute_tolerance": ABSOLUTE_TOLERANCE, "floor_margin": margin,
