@@ -13,4 +13,7 @@ common=$(mktemp); trap 'rm -f "$common"' EXIT
 grep -E '^[A-Za-z0-9_.-]+==' ref.lock | sed 's/ .*//' | grep -v '^onnxruntime==' >"$common"
 compile -c "$common" -o cand.lock cand.in
 compile -o tools.lock tools.in
+# torch_scatter's metadata needs torch importable: resolve without build isolation, from an
+# environment that has torch (the tools environment).
+compile --no-build-isolation -o physicsnemo.lock physicsnemo.in
 echo "locks regenerated: $(ls *.lock | tr '\n' ' ')"
