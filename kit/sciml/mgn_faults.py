@@ -1,8 +1,9 @@
 """Seeded faults of the MeshGraphNet pipeline, detected by the study's own relations.
 
 The pipeline under test is one network step followed by the boundary conditions a
-DeepMind rollout imposes: inflow nodes take the prescribed inflow (the frame's own inlet
-velocity), wall and obstacle nodes zero velocity. A mutant changes one part of it:
+DeepMind rollout imposes: inflow, wall and obstacle nodes keep the boundary values of the
+input frame (the prescribed inflow, no-slip as the simulated reference carries it). A
+mutant changes one part of it:
 
     boundary condition   BC_zero_inflow (inflow imposed as 0), BC_nonzero_wall (walls
                          imposed at the mean inflow speed, tangential)
@@ -160,12 +161,16 @@ def _inflow_speed(graph: Graph) -> float:
 
 
 def _impose(graph: Graph, out: Array, mutant: Mutant) -> Array:
+    """Boundary nodes keep the boundary values the input frame carries (inflow, walls and
+    obstacle: the reference's own, which interpolation leaves close to, not exactly at,
+    no-slip), unless the mutant imposes other values."""
     out = out.copy()
-    inflow = graph.types == INFLOW
-    out[inflow] = 0.0 if mutant.name == "BC_zero_inflow" else graph.velocity[inflow]
-    out[graph.types == OBSTACLE] = 0.0
-    wall = graph.types == WALL
-    out[wall] = [_inflow_speed(graph), 0.0] if mutant.name == "BC_nonzero_wall" else 0.0
+    boundary = np.isin(graph.types, (INFLOW, WALL, OBSTACLE))
+    out[boundary] = graph.velocity[boundary]
+    if mutant.name == "BC_zero_inflow":
+        out[graph.types == INFLOW] = 0.0
+    elif mutant.name == "BC_nonzero_wall":
+        out[graph.types == WALL] = [_inflow_speed(graph), 0.0]
     return out
 
 
