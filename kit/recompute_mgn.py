@@ -246,12 +246,13 @@ def fault_mutants(ev: Any, mode: str, detector: str = "any",
 
 def fault_mode_wilson(ev: Any, mode: str, detector: str = "any") -> Value:
     """The Wilson 95% interval of a mutant caught on every (or no) trial: the detection
-    rate of the first such mutant over its trials."""
+    rate of the first such mutant over its trials; NaNs when no mutant is caught that way
+    (the claim then differs)."""
     for m in _canonical(ev).values():
         hits = [_hit(t, detector) for t in m["trials"]]
         if (mode == "every" and all(hits)) or (mode == "none" and not any(hits)):
             return list(wilson(sum(hits), len(hits)))
-    raise KitError(f"{ev.root}/mgn_faults.json: no mutant detected on {mode} trial")
+    return [float("nan"), float("nan")]
 
 
 def fault_classes_caught(ev: Any, detector: str, allowed: list[str], subject: int = 0,
@@ -269,8 +270,7 @@ def fault_detected_metric(ev: Any, detector: str, metric: str, stat: str = "min"
     values = [t[metric] for m in _canonical(ev).values()
               for t in _trials(m, [subject], [seed]) if _hit(t, detector)]
     if not values:
-        raise KitError(f"{ev.root}/mgn_faults.json: {detector} catches nothing on "
-                       f"subject {subject} seed {seed}")
+        return float("nan")  # the detector catches nothing there: the claim differs
     return _stat(np.array(values), stat)
 
 
@@ -308,6 +308,18 @@ def fault_eval_frames(ev: Any) -> Value:
     return len(_faults(ev)["eval_frames"])
 
 
+def fault_caught_recorded(ev: Any, detector: str = "any") -> Value:
+    """``fault_mutants(mode="any")`` read from the per-mutant summaries the run recorded."""
+    return int(sum(m["summary"][detector]["detected"] > 0 for m in _canonical(ev).values()))
+
+
+def fault_sweep_wilson_recomputed(ev: Any, sweep: str, level: str, detector: str = "any"
+                                  ) -> Value:
+    """The Wilson interval recomputed from a sweep level's recorded count."""
+    row = _faults(ev)[sweep][level][detector]
+    return list(wilson(int(row["detected"]), int(row["n"])))
+
+
 def fault_some_recorded(ev: Any) -> Value:
     """``fault_mutants(mode="some")`` read from the per-mutant summaries the run recorded."""
     return int(sum(0 < m["summary"]["any"]["detected"] < m["summary"]["any"]["n"]
@@ -341,5 +353,6 @@ FUNCTIONS: tuple[Callable[..., Value], ...] = (
     verdict_exact_interval, decision, exact_mirror, fault_catalogue, fault_detected,
     fault_metric, fault_mutants, fault_mode_wilson, fault_classes_caught,
     fault_detected_metric, fault_union_by_subject, fault_sweep, fault_sweep_wilson,
-    fault_sweep_levels, fault_eval_frames, fault_some_recorded, fault_pr, second,
+    fault_sweep_levels, fault_eval_frames, fault_some_recorded, fault_caught_recorded,
+    fault_sweep_wilson_recomputed, fault_pr, second,
     second_density_ratio, second_permutation_max)

@@ -146,7 +146,8 @@ def check_schemas(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
     return checked
 
 
-SCIML_SHIPPED = ("ledger.json", "operator_floor.json", "fv_balance.json", "fno.json",
+SCIML_SHIPPED = ("ledger.json", "operator_floor.json", "fv_balance.json", "fno.json", "mgn.json",
+                 "mgn_faults.json", "second_task.json",
                  "pinn.json")
 
 
