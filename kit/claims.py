@@ -45,6 +45,8 @@ STUDIES: dict[str, tuple[type[Evidence] | type[SciEvidence], str]] = {
     "drift": (Evidence, "score/score.json"), "sciml": (SciEvidence, "ledger.json")}
 
 SCHEMA = Path(__file__).with_name("schemas") / "claim_ledger.schema.json"
+# libyaml's safe loader when PyYAML has it (the ledgers are large), else the Python one
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
        "eq": operator.eq}
 
@@ -52,7 +54,7 @@ OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.g
 def load_ledger(path: Path) -> dict[str, Any]:
     """Read and validate a ledger; errors name the file, the claim and the field."""
     try:
-        ledger = yaml.safe_load(path.read_text())
+        ledger = yaml.load(path.read_text(), Loader=SAFE_LOADER)
     except (OSError, yaml.YAMLError) as exc:
         raise KitError(f"{path}: cannot read the ledger ({exc})") from exc
     errors = sorted(Draft202012Validator(json.loads(SCHEMA.read_text())).iter_errors(ledger),

@@ -296,6 +296,31 @@ def fault_sweep(ev: Any, sweep: str, levels: str, detector: str = "any",
     return float(min(shares) if stat == "min" else max(shares))
 
 
+def fault_sweep_trials(ev: Any, sweep: str, levels: str, detector: str = "any",
+                       stat: str = "max") -> Value:
+    """``fault_sweep`` recomputed from the levels' per-trial rows."""
+    table = _faults(ev)[sweep]
+    chosen = [k for k in table if levels == "all" or k == levels
+              or (levels == "below1" and float(k) < 1)]
+    if not chosen:
+        raise KitError(f"{ev.root}/mgn_faults.json: no levels {levels!r} in {sweep}")
+    shares = []
+    for k in chosen:
+        rows = table[k].get("trials")
+        if not rows:
+            raise KitError(f"{ev.root}/mgn_faults.json: {sweep} level {k} has no trial rows")
+        shares.append(sum(_hit(t, detector) for t in rows) / len(rows))
+    return float(min(shares) if stat == "min" else max(shares))
+
+
+def fault_sweep_trials_wilson(ev: Any, sweep: str, level: str, detector: str = "any"
+                              ) -> Value:
+    rows = _faults(ev)[sweep][level].get("trials")
+    if not rows:
+        raise KitError(f"{ev.root}/mgn_faults.json: {sweep} level {level} has no trial rows")
+    return list(wilson(sum(_hit(t, detector) for t in rows), len(rows)))
+
+
 def fault_sweep_wilson(ev: Any, sweep: str, level: str, detector: str = "any") -> Value:
     return list(_faults(ev)[sweep][level][detector]["wilson95"])
 
@@ -354,5 +379,6 @@ FUNCTIONS: tuple[Callable[..., Value], ...] = (
     fault_metric, fault_mutants, fault_mode_wilson, fault_classes_caught,
     fault_detected_metric, fault_union_by_subject, fault_sweep, fault_sweep_wilson,
     fault_sweep_levels, fault_eval_frames, fault_some_recorded, fault_caught_recorded,
-    fault_sweep_wilson_recomputed, fault_pr, second,
+    fault_sweep_wilson_recomputed, fault_sweep_trials, fault_sweep_trials_wilson, fault_pr,
+    second,
     second_density_ratio, second_permutation_max)

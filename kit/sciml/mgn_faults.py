@@ -307,10 +307,14 @@ def run_catalogue(nets: list[tuple[dict[str, Any], Any]], data: dict[str, Array]
                                 "by_configuration": by_config}
     control = [{**asdict(t), "detected": t.detected(t.mirror), "mirror_change": 0.0}
                for t in control_trials]
-    scale_sweep = {f"{s:g}": summary(replay(Mutant("NS_double_scale", "normalisation", s),
-                                            seeds[:1])) for s in SCALES}
-    fraction_sweep = {f"{p:g}": summary(replay(Mutant("PC_zero_vy", "physical-channel", p),
-                                               seeds[:1])) for p in FRACTIONS}
+    def level(mutant: Mutant) -> dict[str, Any]:
+        rows = replay(mutant, seeds[:1])
+        return {**summary(rows), "trials": rows}
+
+    scale_sweep = {f"{s:g}": level(Mutant("NS_double_scale", "normalisation", s))
+                   for s in SCALES}
+    fraction_sweep = {f"{p:g}": level(Mutant("PC_zero_vy", "physical-channel", p))
+                      for p in FRACTIONS}
     return {"thresholds": {"permutation": PERMUTATION_THRESHOLD,
                            "conservation": CONSERVATION_THRESHOLD, "mirror": MIRROR_THRESHOLD},
             "eval_frames": heldout[:EVAL_FRAMES], "permutation_seeds": permutation_seeds,
