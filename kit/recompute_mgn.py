@@ -283,41 +283,45 @@ def fault_union_by_subject(ev: Any, subjects: list[int], stat: str) -> Value:
     return min(counts) if stat == "min" else max(counts)
 
 
-def fault_sweep(ev: Any, sweep: str, levels: str, detector: str = "any",
-                stat: str = "max") -> Value:
-    """Detection share over the roster at the sweep's levels: ``levels`` "all", "below1"
-    (fractions under 1) or one level; ``stat`` min or max over the levels."""
+def _levels(ev: Any, sweep: str, levels: str) -> dict[str, Any]:
+    """A sweep's levels: "all", "below1" (fractions under 1) or one level."""
     table = _faults(ev)[sweep]
-    chosen = [k for k in table if levels == "all" or k == levels
-              or (levels == "below1" and float(k) < 1)]
+    chosen = {k: v for k, v in table.items() if levels == "all" or k == levels
+              or (levels == "below1" and float(k) < 1)}
     if not chosen:
         raise KitError(f"{ev.root}/mgn_faults.json: no levels {levels!r} in {sweep}")
-    shares = [table[k][detector]["detected"] / table[k][detector]["n"] for k in chosen]
+    return chosen
+
+
+def _level_rows(ev: Any, sweep: str, level: str, row: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = row.get("trials")
+    if not rows:
+        raise KitError(f"{ev.root}/mgn_faults.json: {sweep} level {level} has no trial rows")
+    return rows  # type: ignore[no-any-return]
+
+
+def fault_sweep(ev: Any, sweep: str, levels: str, detector: str = "any",
+                stat: str = "max") -> Value:
+    """Detection share over the roster at the sweep's levels, as the run recorded it;
+    ``stat`` min or max over the levels."""
+    shares = [row[detector]["detected"] / row[detector]["n"]
+              for row in _levels(ev, sweep, levels).values()]
     return float(min(shares) if stat == "min" else max(shares))
 
 
 def fault_sweep_trials(ev: Any, sweep: str, levels: str, detector: str = "any",
                        stat: str = "max") -> Value:
     """``fault_sweep`` recomputed from the levels' per-trial rows."""
-    table = _faults(ev)[sweep]
-    chosen = [k for k in table if levels == "all" or k == levels
-              or (levels == "below1" and float(k) < 1)]
-    if not chosen:
-        raise KitError(f"{ev.root}/mgn_faults.json: no levels {levels!r} in {sweep}")
     shares = []
-    for k in chosen:
-        rows = table[k].get("trials")
-        if not rows:
-            raise KitError(f"{ev.root}/mgn_faults.json: {sweep} level {k} has no trial rows")
+    for k, row in _levels(ev, sweep, levels).items():
+        rows = _level_rows(ev, sweep, k, row)
         shares.append(sum(_hit(t, detector) for t in rows) / len(rows))
     return float(min(shares) if stat == "min" else max(shares))
 
 
 def fault_sweep_trials_wilson(ev: Any, sweep: str, level: str, detector: str = "any"
                               ) -> Value:
-    rows = _faults(ev)[sweep][level].get("trials")
-    if not rows:
-        raise KitError(f"{ev.root}/mgn_faults.json: {sweep} level {level} has no trial rows")
+    rows = _level_rows(ev, sweep, level, _levels(ev, sweep, level)[level])
     return list(wilson(sum(_hit(t, detector) for t in rows), len(rows)))
 
 

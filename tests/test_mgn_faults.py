@@ -75,7 +75,7 @@ def test_boundary_conditions_and_channel_mutants(case: Any) -> None:
 
 def test_which_mutants_keep_permutation_equivariance(case: Any) -> None:
     net, graph, divergence, velocity = case
-    source = mf.mirror_map(graph.pos)
+    source = mf.nearest_reflection(graph.pos)
     frames = [(graph, velocity)]
 
     def violation(mutant: mf.Mutant) -> float:
@@ -95,7 +95,7 @@ def test_which_mutants_keep_permutation_equivariance(case: Any) -> None:
 
 def test_the_adversarial_offset_is_invisible_to_continuity(case: Any) -> None:
     net, graph, divergence, velocity = case
-    source = mf.mirror_map(graph.pos)
+    source = mf.nearest_reflection(graph.pos)
     _, base_ratio, _ = mf.run_trial(net, [(graph, velocity)], mf.CONTROL, 0, divergence, source)
     _, ratio, _ = mf.run_trial(net, [(graph, velocity)],
                                mf.Mutant("ADV_uniform_offset", "adversarial", 0.05), 0,

@@ -198,16 +198,34 @@ class Divergence:
         return float(np.sqrt((self.area * (g * g).sum((1, 2))).sum() / self.area.sum()))
 
 
-def mirror_map(pos: Array) -> Array:
-    """Nearest-neighbour source node of every reflected node (y -> H - y)."""
+def nearest_reflection(pos: Array, height: float = HEIGHT) -> Array:
+    """Nearest-neighbour source node of every reflected node (y -> height - y): the
+    mapping of the approximate mirror relations (``meshes.mirror_map`` is the exact one)."""
     from scipy.spatial import cKDTree
 
-    reflected = pos * np.array([1.0, -1.0]) + np.array([0.0, HEIGHT])
+    reflected = pos * np.array([1.0, -1.0]) + np.array([0.0, height])
     return np.asarray(cKDTree(pos).query(reflected)[1])
 
 
-def _reflect(field: Array, source: Array) -> Array:
+def reflect(field: Array, source: Array) -> Array:
+    """A velocity field reflected through a node mapping (v_y negated)."""
     return np.asarray(field[source] * np.array([1.0, -1.0]))
+
+
+def step(net: Any, graph: Graph) -> Array:
+    """One network step on a graph, as arrays."""
+    import torch
+
+    with torch.no_grad():
+        return np.asarray(net.step(*[torch.tensor(a) for a in (
+            graph.pos, graph.velocity, graph.types, graph.edges)]).numpy())
+
+
+def permutation_violation(net: Any, graph: Graph, seed: int, base: Array) -> float:
+    """max |f(P x) - P f(x)| / max |f(x)| for the seeded relabelling P (base = f(x))."""
+    perm = np.random.default_rng(seed).permutation(len(graph.pos))
+    follow = step(net, graph.permuted(perm))
+    return float(np.abs(follow - base[perm]).max() / np.abs(base).max())
 
 
 @dataclass
@@ -241,9 +259,9 @@ def run_trial(net: Any, frames: list[tuple[Graph, Array]], mutant: Mutant, seed:
         perm_v = max(perm_v, float(np.abs(moved - base[perm]).max() / np.abs(base).max()))
         g = moved[inverse]
         ratio = max(ratio, divergence.rms(g) / divergence.rms(truth))
-        mirrored = graph.with_velocity(_reflect(graph.velocity, source))
+        mirrored = graph.with_velocity(reflect(graph.velocity, source))
         g_mirror = predict(net, mirrored.permuted(perm), mutant)[inverse]
-        mirror = max(mirror, _relative(float(np.linalg.norm(g_mirror - _reflect(g, source))),
+        mirror = max(mirror, _relative(float(np.linalg.norm(g_mirror - reflect(g, source))),
                                        float(np.linalg.norm(g - graph.velocity))))
     return perm_v, ratio, mirror
 
@@ -267,7 +285,7 @@ def run_catalogue(nets: list[tuple[dict[str, Any], Any]], data: dict[str, Array]
     edges = directed_edges(data["cells"])
     types = data["node_type"][:, 0].astype(np.int64)
     divergence = Divergence(data["mesh_pos"], data["cells"], types)
-    source = mirror_map(data["mesh_pos"])
+    source = nearest_reflection(data["mesh_pos"])
     frames = [(Graph(data["mesh_pos"], data["velocity"][f], types, edges),
                data["velocity"][f + 1]) for f in heldout[:EVAL_FRAMES]]
     seeds = list(range(permutation_seeds))

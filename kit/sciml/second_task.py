@@ -40,8 +40,15 @@ import numpy as np
 from kit.sciml.gate import FAILS, HOLDS, Evidence, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.meshes import INFLOW, NORMAL, OUTFLOW, Mesh
-from kit.sciml.mgn import directed_edges, permute_graph
-from kit.sciml.mgn_faults import Divergence
+from kit.sciml.mgn import directed_edges
+from kit.sciml.mgn_faults import (
+    Divergence,
+    Graph,
+    nearest_reflection,
+    permutation_violation,
+    reflect,
+    step,
+)
 from kit.sciml.verdicts import judge
 
 Array = np.ndarray[Any, Any]
@@ -121,14 +128,8 @@ def compressible_field(case: Airfoil, pos: Array) -> tuple[Array, Array]:
     return np.asarray(flux / density[:, None]), density
 
 
-def _reflection(pos: Array) -> Array:
-    from scipy.spatial import cKDTree
-
-    return np.asarray(cKDTree(pos).query(pos * np.array([1.0, -1.0]))[1])
-
-
 def _boundary_mismatch(velocity: Array, source: Array, on: Array) -> float:
-    reflected = velocity[source] * np.array([1.0, -1.0])
+    reflected = reflect(velocity, source)
     return float(np.linalg.norm((reflected - velocity)[on]) / np.linalg.norm(velocity[on]))
 
 
@@ -136,14 +137,13 @@ def run_second_task(ledger: Ledger, cards: dict[str, dict[str, Any]], nets: list
                     case: Airfoil | None = None, permutation_seeds: int = 5
                     ) -> dict[str, Any]:
     """Measure, decide the four relations, execute the admitted permutation relation."""
-    import torch
 
     case = case or Airfoil()
     mesh = airfoil_mesh(case)
     velocity, density = compressible_field(case, mesh.pos)
     divergence = Divergence(mesh.pos, mesh.cells, mesh.node_type, interior=True)
     variation = float((density.max() - density.min()) / 1.0)
-    source = _reflection(mesh.pos)
+    source = nearest_reflection(mesh.pos, height=0.0)
     inflow = mesh.node_type == INFLOW
     level, _ = compressible_field(replace(case, alpha_deg=0.0), mesh.pos)
     bc_mismatch = _boundary_mismatch(velocity, source, inflow)
@@ -182,19 +182,14 @@ def run_second_task(ledger: Ledger, cards: dict[str, dict[str, Any]], nets: list
     ledger.decide(decide(perm_card, Evidence(
         {perm_card["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=0.0,
         tolerance=1.0e-5)))
-    edges = directed_edges(mesh.cells)
-    types = mesh.node_type.astype(np.int64)
     violations = []
+    graph = Graph(mesh.pos, velocity, mesh.node_type.astype(np.int64),
+                  directed_edges(mesh.cells))
     for index, net in enumerate(nets):
-        with torch.no_grad():
-            base = net.step(*[torch.tensor(a) for a in (mesh.pos, velocity, types, edges)]
-                            ).numpy()
-            for seed in range(permutation_seeds):
-                perm = np.random.default_rng(seed).permutation(len(mesh.pos))
-                moved = permute_graph(perm, mesh.pos, velocity, types, edges)
-                follow = net.step(*[torch.tensor(a) for a in moved]).numpy()
-                v = float(np.abs(follow - base[perm]).max() / np.abs(base).max())
-                violations.append(v)
-                ledger.add(judge(perm_card["id"], f"airfoil-subject{index}-p{seed}", v, 1.0e-5))
+        base = step(net, graph)
+        for seed in range(permutation_seeds):
+            v = permutation_violation(net, graph, seed, base)
+            violations.append(v)
+            ledger.add(judge(perm_card["id"], f"airfoil-subject{index}-p{seed}", v, 1.0e-5))
     return {"case": asdict(case), "measured": measured,
             "permutation_violations": violations}
