@@ -147,7 +147,7 @@ def check_schemas(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
 
 
 SCIML_SHIPPED = ("ledger.json", "operator_floor.json", "fv_balance.json", "fno.json", "mgn.json",
-                 "mgn_faults.json", "second_task.json",
+                 "mgn_faults.json", "second_task.json", "unified.json",
                  "pinn.json")
 
 

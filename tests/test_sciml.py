@@ -209,6 +209,14 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     assert len(faults["fraction_sweep"]) == 8
     # the unmutated pipeline is exactly permutation-equivariant on every trial
     assert not any(t["detected"]["permutation"] for t in faults["control"]["trials"])
+    unified = json.loads((tmp_path / "unified.json").read_text())
+    assert unified["size"] == 60 and unified["families"] == {"mgn": 12, "pinn": 24, "fno": 24}
+    # the index-dependent probes break the permutation-class relations on the references
+    labels = {e["name"]: e["labels"] for e in unified["entries"]}
+    assert labels["pinn-heat-rows_zero-1"]["permutation"]
+    assert labels["fno-burgers-transpose-1"]["permutation"]
+    assert not any(labels["fno-heat-fixed_roll-3"].values())
+    assert unified["reference_check"]["burgers_series_initial_max_error"] < 1e-6
     second = json.loads((tmp_path / "second_task.json").read_text())
     assert second["measured"]["density_variation"] > 0.05
     floor = json.loads((tmp_path / "operator_floor.json").read_text())
@@ -231,6 +239,14 @@ def recomputed_claims_agree_with_the_run(run: Path, fno: dict, pinn: dict) -> No
         pinn["summary"]["heat"]["mr_b"]["passes"]
     assert RECOMPUTE_SCIML["sciml.pinn_mean_ci"](ev, relation="mr_c", pde="heat") == \
         pinn["summary"]["heat"]["mr_c"]["mean_ratio_ci95"]
+    unified = json.loads((run / "unified.json").read_text())
+    assert RECOMPUTE_SCIML["sciml.unified_size"](ev) == 60
+    assert RECOMPUTE_SCIML["sciml.unified_size"](ev, family="mgn") == 12
+    for detector in ("permutation", "conservation", "boundary"):
+        for field in ("true_positives", "false_positives", "targeted", "entries"):
+            assert RECOMPUTE_SCIML["sciml.unified_pr"](ev, detector=detector, field=field) == \
+                unified["labelled"][detector][field]
+    assert RECOMPUTE_SCIML["sciml.unified_flagged"](ev) == unified["any_detector"]["count"]
 
 
 def test_solvers_conserve_the_sum_to_rounding() -> None:

@@ -1,15 +1,16 @@
-"""``nox -s sciml`` (so far): operator floor, FV balance and FNO subjects through gate,
-verdicts and ledger.
+"""``nox -s sciml``: the SciML study through cards, gate, verdicts and ledger.
 
-What runs today: the P1 divergence floor sweep (kit/sciml/operator_floor.py) decides the
+The P1 divergence floor sweep (kit/sciml/operator_floor.py) decides the
 absolute-divergence card per resolution (numerically decidable only where the card's
 tolerance dominates the measured floor by its margin), and the flux-form finite-volume
 balance is admitted and executed as a conservation verdict; the FNO subjects
 (kit/sciml/fno_study.py) add periodic translation and conservation verdicts, the rejected
 Dirichlet translation and the K=15 admission roster; the PINN subjects
-(kit/sciml/pinn_study.py) add MR-A, MR-B and MR-C with their statistics; the first
-MeshGraphNet slice (kit/sciml/mgn_study.py) adds node permutation and the mirror-y OOD
-probe on the simulated cylinder flow.
+(kit/sciml/pinn_study.py) add MR-A, MR-B and MR-C with their statistics; the
+MeshGraphNet study (kit/sciml/mgn_study.py) adds node permutation, the mirror-y
+relations and continuity on the simulated cylinder flow, its fault catalogue and the second task; the
+closed-form output-level PINN and FNO probes (kit/sciml/probes.py) complete the 60-entry
+unified catalogue.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from kit.sciml.mgn_study import HELDOUT_FLOWS, run_mgn
 from kit.sciml.mgn_train import Subject
 from kit.sciml.operator_floor import finite_volume_balance, sweep
 from kit.sciml.pinn_study import run_pinn
+from kit.sciml.probes import reference_check, run_fno_probes, run_pinn_probes, unified_catalogue
 from kit.sciml.second_task import Airfoil
 from kit.sciml.verdicts import judge
 from kit.stages.common import write_manifest
@@ -86,9 +88,16 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
     write_atomic(out / "fno.json", canonical_json(fno_record))
     pinn_record = run_pinn(ledger, cards, pinn_roster, pinn_recipe, cache)
     write_atomic(out / "pinn.json", canonical_json(pinn_record))
-    for name, record in run_mgn(ledger, cards, mgn_roster, mgn_permutations, mgn_flow,
-                                mgn_subject, cache, airfoil, mgn_heldout,
-                                mgn_pointmlp, physicsnemo, physicsnemo_backend).items():
+    records = run_mgn(ledger, cards, mgn_roster, mgn_permutations, mgn_flow, mgn_subject,
+                      cache, airfoil, mgn_heldout, mgn_pointmlp, physicsnemo,
+                      physicsnemo_backend)
+    shifts = cards["fno-periodic-translation"]["transformation"]["parameters"]["shifts"]
+    records["unified.json"] = {
+        **unified_catalogue(records["mgn_faults.json"],
+                            run_pinn_probes(pinn_roster, pinn_recipe, cache),
+                            run_fno_probes(fno_seeds, fno_recipe, cache, shifts)),
+        "reference_check": reference_check()}
+    for name, record in records.items():
         write_atomic(out / name, canonical_json(record))
     write_atomic(out / "operator_floor.json", canonical_json(
         {**floor, "absolute_tolerance": ABSOLUTE_TOLERANCE, "floor_margin": margin,
