@@ -79,14 +79,27 @@ def verify(session: nox.Session) -> None:
 @nox.session
 def sciml(session: nox.Session) -> None:
     """SciML study: operator floor, FV balance, FNO, PINN, MeshGraphNet (with PhysicsNeMo,
-    whose environment is built first; -- --without-physicsnemo leaves it out)."""
-    without = "--without-physicsnemo" in session.posargs
+    whose environment is built first; -- --without-physicsnemo leaves it out), into
+    runs/sciml; -- --deepmind FOLDER reads the MeshGraphNet trajectories from DeepMind's
+    cylinder_flow files instead, into runs/sciml-deepmind."""
+    args = list(session.posargs)
+    without = "--without-physicsnemo" in args
+    source = None
+    if "--deepmind" in args:
+        at = args.index("--deepmind")
+        if at + 1 >= len(args):
+            session.error("--deepmind needs the cylinder_flow folder (meta.json, "
+                          "train.tfrecord, valid.tfrecord)")
+        source = str(Path(args[at + 1]).resolve())
     if not without:
         session.run(_python(), "-m", "kit.venvs", "physicsnemo", external=True)
-    session.run(_python(), "-c", "from kit.runtimes import ROOT; from kit.sciml.run import "
-                "run_sciml; from kit.venvs import cache_dir, venv_python; run_sciml(ROOT / "
-                "'runs' / 'sciml', physicsnemo=" + ("None" if without else
-                "venv_python(cache_dir() / 'venvs' / 'physicsnemo')") + ")", external=True)
+    out = "sciml" if source is None else "sciml-deepmind"
+    session.run(_python(), "-c", "from pathlib import Path; from kit.runtimes import ROOT; "
+                "from kit.sciml.run import run_sciml; from kit.venvs import cache_dir, "
+                f"venv_python; run_sciml(ROOT / 'runs' / {out!r}, physicsnemo=" +
+                ("None" if without else "venv_python(cache_dir() / 'venvs' / 'physicsnemo')")
+                + f", mgn_source={None if source is None else f'Path({source!r})'})",
+                external=True)
 
 
 @nox.session

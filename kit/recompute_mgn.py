@@ -414,18 +414,26 @@ def _confusion(ev: Any, detector: str) -> dict[str, int]:
 def unified_pr(ev: Any, detector: str, field: str) -> Value:
     """Labelled precision or recall of a detector over the probes, recounted from trial
     metrics and label measurements; or one of the counts (``entries``, ``targeted``,
-    ``true_positives``, ``false_positives``); ``wilson_precision``/``wilson_recall``."""
+    ``true_positives``, ``false_positives``), both (``precision_recall``) or an interval
+    (``wilson_precision``, ``wilson_recall``)."""
     c = _confusion(ev, detector)
     fractions = {"precision": (c["true_positives"], c["true_positives"] + c["false_positives"]),
                  "recall": (c["true_positives"], c["targeted"])}
     if field in c:
         return c[field]
+
+    def share(name: str) -> tuple[int, int]:
+        hits, n = fractions[name]
+        if n == 0:
+            raise KitError(f"{ev.root}/unified.json: {detector} {name} undefined (n = 0)")
+        return hits, n
+
+    if field == "precision_recall":
+        return [hits / n for hits, n in (share("precision"), share("recall"))]
     name = field.removeprefix("wilson_")
     if name not in fractions:
         raise KitError(f"unknown unified precision/recall field {field!r}")
-    hits, n = fractions[name]
-    if n == 0:
-        raise KitError(f"{ev.root}/unified.json: {detector} {name} undefined (n = 0)")
+    hits, n = share(name)
     return list(wilson(hits, n)) if field.startswith("wilson_") else hits / n
 
 

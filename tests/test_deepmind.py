@@ -61,3 +61,52 @@ def test_a_wrong_frame_count_is_refused(tmp_path: Path) -> None:
     (tmp_path / "meta.json").write_text(__import__("json").dumps(meta))
     with pytest.raises(KitError, match="frames"):
         list(trajectories(tmp_path, "train"))
+
+
+def _as_records(data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    frames = len(data["velocity"])
+    return {"cells": np.tile(data["cells"][None], (frames, 1, 1)),
+            "mesh_pos": np.tile(data["mesh_pos"][None], (frames, 1, 1)),
+            "node_type": np.tile(data["node_type"].reshape(1, -1, 1), (frames, 1, 1)),
+            "velocity": data["velocity"]}
+
+
+def test_the_mgn_study_reads_a_deepmind_folder(tmp_path: Path) -> None:
+    from kit.sciml.cards import load_cards
+    from kit.sciml.cylinder import Flow, trajectory
+    from kit.sciml.deepmind import study_trajectory
+    from kit.sciml.ledger import Ledger
+    from kit.sciml.mgn_study import run_mgn
+    from kit.sciml.mgn_train import Subject
+    from kit.sciml.second_task import Airfoil
+
+    cache = tmp_path / "cache"
+    tiny = Flow(nx=32, ny=16, spinup=2, frames=3, stride=1)
+    train = trajectory(tiny, cache)
+    valid = trajectory(Flow(inflow=0.8, nx=32, ny=16, spinup=2, frames=3, stride=1,
+                            centre=(0.5, 0.2)), cache)     # another cylinder, another mesh
+    assert len(valid["mesh_pos"]) != len(train["mesh_pos"])
+    meta = {"trajectory_length": 3, "field_names": ["cells", "mesh_pos", "node_type", "velocity"],
+            "features": {k: v for k, v in META["features"].items() if k != "pressure"}}
+    folder = tmp_path / "cylinder_flow"
+    write_dataset(folder, "train", [_as_records(train)], meta)
+    write_dataset(folder, "valid", [_as_records(valid)], meta)
+    read = study_trajectory(folder, "valid", 0, 2)
+    assert np.allclose(read["velocity"], valid["velocity"][:2], atol=1e-6)
+    with pytest.raises(KitError, match=r"valid\.tfrecord: record 0 has 3 frames"):
+        study_trajectory(folder, "valid", 0, 4)
+    with pytest.raises(KitError, match="no record 1"):
+        study_trajectory(folder, "valid", 1, 2)
+
+    ledger = Ledger("test")
+    records = run_mgn(ledger, load_cards(), roster=1, permutation_seeds=2, flow=tiny,
+                      base=Subject(0, latent=8, steps=1, train_steps=2), cache=cache,
+                      airfoil=Airfoil(max_area=2e-3, segments=80),
+                      heldout_flows=(Flow(frames=2),), pointmlp=0, source=folder)
+    mgn = records["mgn.json"]
+    assert mgn["source"].startswith("DeepMind cylinder_flow")
+    assert {r["trajectory"] for r in mgn["subjects"][0]["cases"]} == {"train", "valid0"}
+    assert mgn["heldout_meshes"]["valid0"]["nodes"] == len(valid["mesh_pos"])
+    held = [r for r in mgn["subjects"][0]["cases"] if r["trajectory"] == "valid0"]
+    assert len(held) == 1
+    assert np.isfinite(held[0]["continuity_ratio"])

@@ -210,7 +210,8 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     # the unmutated pipeline is exactly permutation-equivariant on every trial
     assert not any(t["detected"]["permutation"] for t in faults["control"]["trials"])
     unified = json.loads((tmp_path / "unified.json").read_text())
-    assert unified["size"] == 60 and unified["families"] == {"mgn": 12, "pinn": 24, "fno": 24}
+    assert unified["size"] == 60
+    assert unified["families"] == {"mgn": 12, "pinn": 24, "fno": 24}
     # the index-dependent probes break the permutation-class relations on the references
     labels = {e["name"]: e["labels"] for e in unified["entries"]}
     assert labels["pinn-heat-rows_zero-1"]["permutation"]

@@ -125,3 +125,23 @@ def write_dataset(folder: Path, split: str, trajectories_: list[dict[str, Array]
             record[name] = (array.tobytes(), "byte")
         writer.write(record)
     writer.close()
+
+
+def study_trajectory(folder: Path, split: str, index: int, frames: int) -> dict[str, Array]:
+    """Record ``index`` of a split in the layout the MeshGraphNet study reads: the first
+    frame's ``mesh_pos`` (N, 2), ``cells`` (C, 3) and ``node_type`` (N, 1), and the first
+    ``frames`` velocity frames (T, N, 2), as float64 and int64."""
+    for position, found in enumerate(trajectories(folder, split)):
+        if position < index:
+            continue
+        missing = [n for n in ("mesh_pos", "cells", "node_type", "velocity") if n not in found]
+        if missing:
+            raise KitError(f"{folder}/{split}.tfrecord: record {index} lacks {missing}")
+        if len(found["velocity"]) < frames:
+            raise KitError(f"{folder}/{split}.tfrecord: record {index} has "
+                           f"{len(found['velocity'])} frames, the study needs {frames}")
+        return {"mesh_pos": found["mesh_pos"][0].astype(np.float64),
+                "cells": found["cells"][0].astype(np.int64),
+                "node_type": found["node_type"][0].reshape(-1, 1).astype(np.int64),
+                "velocity": found["velocity"][:frames].astype(np.float64)}
+    raise KitError(f"{folder}/{split}.tfrecord: no record {index}")

@@ -4,7 +4,9 @@ cylinder flow, the relations the gate admits, the seeded faults and the second t
 - Data: one phiflow training trajectory on the cylinder mesh (``kit.sciml.cylinder``):
   its first ``train_frames`` frame pairs train, the remaining pairs are a temporal
   hold-out; ``heldout_flows`` are further trajectories at other inflow speeds (other
-  Reynolds numbers) on the same mesh, never trained on.
+  Reynolds numbers) on the same mesh, never trained on. With ``source`` the trajectories
+  come from DeepMind's cylinder_flow files instead (``kit.sciml.deepmind``), each held-out
+  one measured on its own mesh.
 - Subjects (``kit.sciml.mgn_train``): the MeshGraphNet roster (4 seeds, one wider, one
   deeper) and ``pointmlp`` seeds of the non-message-passing PointMLP, trained alike; with
   ``physicsnemo`` (the interpreter of its environment) also NVIDIA PhysicsNeMo's
@@ -36,6 +38,7 @@ cylinder flow, the relations the gate admits, the seeded faults and the second t
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -45,6 +48,7 @@ import numpy as np
 
 from kit.sciml import mgn_faults
 from kit.sciml.cylinder import Flow, trajectory
+from kit.sciml.deepmind import study_trajectory
 from kit.sciml.gate import APPROXIMATE, HOLDS, Evidence, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.meshes import HEIGHT, LENGTH, Mesh, mirror_map, placement_mismatch, symmetric_channel
@@ -220,27 +224,32 @@ def _decide(ledger: Ledger, cards: dict[str, dict[str, Any]], data: dict[str, Ar
     return _continuity(ledger, cards, data, heldout, study.divergence)
 
 
-def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
-            permutation_seeds: int = 5, flow: Flow | None = None,
-            base: Subject | None = None, cache: Path | None = None,
-            airfoil: Airfoil | None = None, heldout_flows: tuple[Flow, ...] = HELDOUT_FLOWS,
-            pointmlp: int = 3, physicsnemo: Path | None = None,
-            physicsnemo_backend: str = "physicsnemo") -> dict[str, dict[str, Any]]:
-    """Train the subjects, decide and judge the relations, replay the seeded faults and
-    screen the second task; returns the records by file name (``mgn.json``,
-    ``mgn_faults.json``, ``second_task.json``)."""
-    flow = flow or Flow()
-    data = trajectory(flow, cache)
-    frames = len(data["velocity"])
-    train_frames = max(1, int(0.8 * (frames - 1)))
-    heldout = list(range(train_frames, frames - 1))
-    key = json.dumps(asdict(flow), sort_keys=True)
+def _study(ledger: Ledger, data: dict[str, Array], permutation_seeds: int) -> Study:
     mesh = Mesh(data["mesh_pos"], data["cells"], data["node_type"][:, 0])
-    study = Study(ledger, mesh, mgn_faults.Divergence(mesh.pos, mesh.cells, mesh.node_type),
-                  mgn_faults.Divergence(mesh.pos, mesh.cells, mesh.node_type, interior=True),
-                  placement_mismatch(mesh), permutation_seeds)
-    channel = symmetric_channel()
-    target = mirror_map(channel)
+    return Study(ledger, mesh, mgn_faults.Divergence(mesh.pos, mesh.cells, mesh.node_type),
+                 mgn_faults.Divergence(mesh.pos, mesh.cells, mesh.node_type, interior=True),
+                 placement_mismatch(mesh), permutation_seeds)
+
+
+def _data_key(data: dict[str, Array]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(data):
+        digest.update(name.encode() + np.ascontiguousarray(data[name]).tobytes())
+    return digest.hexdigest()
+
+
+def _sources(flow: Flow, heldout_flows: tuple[Flow, ...], source: Path | None,
+             cache: Path | None) -> tuple[dict[str, Array], dict[str, dict[str, Array]], str,
+                                          str]:
+    """(training trajectory, held-out trajectories by tag, training cache key, source)."""
+    if source is not None:
+        data = study_trajectory(source, "train", 0, flow.frames)
+        others = {f"valid{i}": study_trajectory(source, "valid", i, other.frames)
+                  for i, other in enumerate(heldout_flows)}
+        return (data, others, json.dumps({"deepmind": _data_key(data)}),
+                f"DeepMind cylinder_flow at {source}: train record 0 ({flow.frames} frames), "
+                f"valid records 0-{len(heldout_flows) - 1}, each on its own mesh")
+    data = trajectory(flow, cache)
     others = {}
     for other in heldout_flows:
         found = trajectory(replace(other, nx=flow.nx, ny=flow.ny, centre=flow.centre,
@@ -248,10 +257,40 @@ def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
         if not np.array_equal(found["mesh_pos"], data["mesh_pos"]):
             raise ValueError(f"held-out trajectory {other} is not on the training mesh")
         others[f"inflow{other.inflow:g}"] = found
+    return data, others, json.dumps(asdict(flow), sort_keys=True), "the kit's phiflow simulation"
+
+
+def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
+            permutation_seeds: int = 5, flow: Flow | None = None,
+            base: Subject | None = None, cache: Path | None = None,
+            airfoil: Airfoil | None = None, heldout_flows: tuple[Flow, ...] = HELDOUT_FLOWS,
+            pointmlp: int = 3, physicsnemo: Path | None = None,
+            physicsnemo_backend: str = "physicsnemo", source: Path | None = None
+            ) -> dict[str, dict[str, Any]]:
+    """Train the subjects, decide and judge the relations, replay the seeded faults and
+    screen the second task; returns the records by file name (``mgn.json``,
+    ``mgn_faults.json``, ``second_task.json``). With ``source`` (a DeepMind cylinder_flow
+    folder) the trajectories are read from it: the first ``flow.frames`` frames of its
+    first training record, and per held-out flow one validation record (that flow's
+    ``frames``), each evaluated on its own mesh."""
+    flow = flow or Flow()
+    data, others, key, origin = _sources(flow, heldout_flows, source, cache)
+    frames = len(data["velocity"])
+    train_frames = max(1, int(0.8 * (frames - 1)))
+    heldout = list(range(train_frames, frames - 1))
+    study = _study(ledger, data, permutation_seeds)
+    mesh = study.mesh
+    studies = {tag: study if np.array_equal(held["mesh_pos"], data["mesh_pos"])
+               else _study(ledger, held, permutation_seeds) for tag, held in others.items()}
+    channel = symmetric_channel()
+    target = mirror_map(channel)
     record: dict[str, Any] = {
-        "flow": asdict(flow), "heldout_flows": [asdict(f) for f in heldout_flows],
+        "source": origin, "flow": asdict(flow),
+        "heldout_flows": [asdict(f) for f in heldout_flows],
         "nodes": len(mesh.pos), "train_frames": train_frames, "heldout_frames": heldout,
         "mirror_mismatch": study.mismatch, "mirror_domain_score": domain_score(study.mismatch),
+        "heldout_meshes": {tag: {"nodes": len(s.mesh.pos), "mirror_mismatch": s.mismatch}
+                           for tag, s in studies.items()},
         "symmetric_channel": channel_symmetry(channel, target),
         "continuity": _decide(ledger, cards, data, heldout, study, channel), "subjects": []}
     subjects = roster_subjects(roster, base or Subject(0))
@@ -263,7 +302,7 @@ def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
             nets.append((asdict(subject), net))
         rows = evaluate(study, net, subject.name, data, heldout, "train")
         for tag, held in others.items():
-            rows += evaluate(study, net, subject.name, held,
+            rows += evaluate(studies[tag], net, subject.name, held,
                              list(range(len(held["velocity"]) - 1)), tag)
         record["subjects"].append({
             **asdict(subject), "name": subject.name, "cases": rows,
@@ -276,7 +315,7 @@ def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
             remote.train(subject, data, train_frames, key, cache)
             rows = evaluate(study, remote, subject.name, data, heldout, "train")
             for tag, held in others.items():
-                rows += evaluate(study, remote, subject.name, held,
+                rows += evaluate(studies[tag], remote, subject.name, held,
                                  list(range(len(held["velocity"]) - 1)), tag)
             record["subjects"].append({
                 **asdict(subject), "name": subject.name, "cases": rows, **remote.info,

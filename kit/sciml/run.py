@@ -8,9 +8,9 @@ balance is admitted and executed as a conservation verdict; the FNO subjects
 Dirichlet translation and the K=15 admission roster; the PINN subjects
 (kit/sciml/pinn_study.py) add MR-A, MR-B and MR-C with their statistics; the
 MeshGraphNet study (kit/sciml/mgn_study.py) adds node permutation, the mirror-y
-relations and continuity on the simulated cylinder flow, its fault catalogue and the second task; the
-closed-form output-level PINN and FNO probes (kit/sciml/probes.py) complete the 60-entry
-unified catalogue.
+relations and continuity on the simulated cylinder flow, its fault catalogue and the
+second task; the closed-form output-level PINN and FNO probes (kit/sciml/probes.py)
+complete the 60-entry unified catalogue.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
               mgn_subject: Subject | None = None, mgn_permutations: int = 5,
               airfoil: Airfoil | None = None, mgn_heldout: tuple[Flow, ...] = HELDOUT_FLOWS,
               mgn_pointmlp: int = 3, physicsnemo: Path | None = None,
-              physicsnemo_backend: str = "physicsnemo", cache: Path | None = None
-              ) -> dict[str, Any]:
+              physicsnemo_backend: str = "physicsnemo", cache: Path | None = None,
+              mgn_source: Path | None = None) -> dict[str, Any]:
     """Write the sweep, the FV balance, the FNO study and the verdict ledger under ``out``."""
     cards = load_cards()
     floor = sweep(refinements)
@@ -90,7 +90,7 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
     write_atomic(out / "pinn.json", canonical_json(pinn_record))
     records = run_mgn(ledger, cards, mgn_roster, mgn_permutations, mgn_flow, mgn_subject,
                       cache, airfoil, mgn_heldout, mgn_pointmlp, physicsnemo,
-                      physicsnemo_backend)
+                      physicsnemo_backend, mgn_source)
     shifts = cards["fno-periodic-translation"]["transformation"]["parameters"]["shifts"]
     records["unified.json"] = {
         **unified_catalogue(records["mgn_faults.json"],
