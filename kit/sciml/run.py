@@ -23,6 +23,7 @@ import numpy as np
 from kit.sciml import pinn
 from kit.sciml.cards import load_cards
 from kit.sciml.cylinder import Flow
+from kit.sciml.deepmind import read_meta
 from kit.sciml.fno import Recipe
 from kit.sciml.fno_study import run_fno
 from kit.sciml.gate import Evidence, decide
@@ -53,6 +54,8 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
               physicsnemo_backend: str = "physicsnemo", cache: Path | None = None,
               mgn_source: Path | None = None) -> dict[str, Any]:
     """Write the sweep, the FV balance, the FNO study and the verdict ledger under ``out``."""
+    if mgn_source is not None:
+        read_meta(mgn_source)  # a bad folder fails before hours of work, naming the file
     cards = load_cards()
     floor = sweep(refinements)
     balance = finite_volume_balance(fv_cells)
