@@ -53,9 +53,8 @@ def test_heat_reference_is_the_exact_solution() -> None:
 def test_pinn_labels_are_measured_on_the_closed_form_references(
         pde: str, kind: str, severity: float, expected: set[str]) -> None:
     reference = probes.pinn_reference(pde)
-    scale = float(np.abs(pinn.initial(pde, np.linspace(0, 1, 1001))).max())
     on_reference = probes._pinn_metrics(
-        probes.ProbedPinn(reference, probes.Probe(kind, severity), scale), pde)
+        probes.ProbedPinn(reference, probes.Probe(kind, severity), probes._field_scale(pde)), pde)
     labels = probes.label(on_reference, probes._pinn_metrics(reference, pde))
     assert {d for d, broken in labels.items() if broken} == expected
 

@@ -289,9 +289,14 @@ def run_pinn_probes(roster: int = 15, recipe: pinn.Recipe | None = None,
 def run_fno_probes(seeds_per_pde: int = 3, recipe: fno.Recipe | None = None,
                    cache: Path | None = None, shifts: list[list[int]] | None = None
                    ) -> list[dict[str, Any]]:
-    """The 24 FNO entries over the checkpoints x held-out cases of the FNO study."""
+    """The 24 FNO entries over the checkpoints x held-out cases of the FNO study (the
+    translation card's shifts unless ``shifts`` is given)."""
     base = recipe or fno.Recipe("heat", 0)
-    shifts = shifts or [[1, 0], [0, 3], [5, 7]]
+    if shifts is None:
+        from kit.sciml.cards import load_cards
+
+        card = load_cards()["fno-periodic-translation"]
+        shifts = card["transformation"]["parameters"]["shifts"]
     entries = []
     for pde in ("heat", "burgers"):
         u0, target = fno.heldout(pde)

@@ -94,11 +94,10 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
     records = run_mgn(ledger, cards, mgn_roster, mgn_permutations, mgn_flow, mgn_subject,
                       cache, airfoil, mgn_heldout, mgn_pointmlp, physicsnemo,
                       physicsnemo_backend, mgn_source)
-    shifts = cards["fno-periodic-translation"]["transformation"]["parameters"]["shifts"]
     records["unified.json"] = {
         **unified_catalogue(records["mgn_faults.json"],
                             run_pinn_probes(pinn_roster, pinn_recipe, cache),
-                            run_fno_probes(fno_seeds, fno_recipe, cache, shifts)),
+                            run_fno_probes(fno_seeds, fno_recipe, cache)),
         "reference_check": reference_check()}
     for name, record in records.items():
         write_atomic(out / name, canonical_json(record))
