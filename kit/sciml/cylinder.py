@@ -47,7 +47,14 @@ def simulate_grid(flow: Flow) -> dict[str, Array]:
     BLAS runs on one thread throughout: its summation order changes with the thread
     count, the pressure solve's iterations follow, and vortex shedding amplifies the
     difference (measured: 0.046 in velocity after 60 steps between one thread and two),
-    so without the limit a trajectory would depend on the machine's cores."""
+    so without the limit a trajectory would depend on the machine's cores and its load.
+    The limit reaches only the BLAS libraries already loaded, and scipy loads its own
+    OpenBLAS, so phiflow and scipy's solvers are imported first (measured: imported under
+    the limit, scipy's BLAS kept two threads, and of three concurrent 60-step runs one
+    differed from the others by 0.046)."""
+    import phi.flow  # noqa: F401  (loads scipy's BLAS before the limit is set)
+    import scipy.linalg
+    import scipy.sparse.linalg  # noqa: F401
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1, user_api="blas"):
