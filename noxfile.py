@@ -80,8 +80,11 @@ def verify(session: nox.Session) -> None:
 def sciml(session: nox.Session) -> None:
     """SciML study: operator floor, FV balance, FNO, PINN, MeshGraphNet (with PhysicsNeMo,
     whose environment is built first; -- --without-physicsnemo leaves it out), into
-    runs/sciml; -- --deepmind FOLDER reads the MeshGraphNet trajectories from DeepMind's
-    cylinder_flow files instead, into runs/sciml-deepmind."""
+    runs/sciml; the MeshGraphNet study reads the phiflow trajectories pinned in
+    claims/sciml/trajectories (kit.sciml.pinned says why); -- --resimulate simulates them
+    again and runs the study on those, into runs/sciml-resimulated, recording how they
+    compare with the pinned ones; -- --deepmind FOLDER reads the trajectories from
+    DeepMind's cylinder_flow files instead, into runs/sciml-deepmind."""
     args = list(session.posargs)
     without = "--without-physicsnemo" in args
     source = None
@@ -93,12 +96,14 @@ def sciml(session: nox.Session) -> None:
         source = str(Path(args[at + 1]).resolve())
     if not without:
         session.run(_python(), "-m", "kit.venvs", "physicsnemo", external=True)
-    out = "sciml" if source is None else "sciml-deepmind"
+    resimulate = "--resimulate" in args
+    out = "sciml-deepmind" if source else "sciml-resimulated" if resimulate else "sciml"
     session.run(_python(), "-c", "from pathlib import Path; from kit.runtimes import ROOT; "
                 "from kit.sciml.run import run_sciml; from kit.venvs import cache_dir, "
                 f"venv_python; run_sciml(ROOT / 'runs' / {out!r}, physicsnemo=" +
                 ("None" if without else "venv_python(cache_dir() / 'venvs' / 'physicsnemo')")
-                + f", mgn_source={None if source is None else f'Path({source!r})'})",
+                + f", mgn_source={None if source is None else f'Path({source!r})'}, "
+                f"mgn_resimulate={resimulate})",
                 external=True)
 
 

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.sciml import mgn_faults
+from kit.sciml import mgn_faults, pinned
 from kit.sciml.cylinder import Flow, trajectory
 from kit.sciml.deepmind import study_trajectory
 from kit.sciml.gate import APPROXIMATE, HOLDS, Evidence, decide
@@ -239,25 +239,50 @@ def _data_key(data: dict[str, Array]) -> str:
 
 
 def _sources(flow: Flow, heldout_flows: tuple[Flow, ...], source: Path | None,
-             cache: Path | None) -> tuple[dict[str, Array], dict[str, dict[str, Array]], str,
-                                          str]:
-    """(training trajectory, held-out trajectories by tag, training cache key, source)."""
+             cache: Path | None, resimulate: bool, pinned_folder: Path
+             ) -> tuple[dict[str, Array], dict[str, dict[str, Array]], str, str,
+                        dict[str, Any]]:
+    """(training trajectory, held-out trajectories by tag, training cache key, source,
+    provenance of each trajectory by tag)."""
     if source is not None:
         data = study_trajectory(source, "train", 0, flow.frames)
         others = {f"valid{i}": study_trajectory(source, "valid", i, other.frames)
                   for i, other in enumerate(heldout_flows)}
         return (data, others, json.dumps({"deepmind": _data_key(data)}),
                 f"DeepMind cylinder_flow at {source}: train record 0 ({flow.frames} frames), "
-                f"valid records 0-{len(heldout_flows) - 1}, each on its own mesh")
-    data = trajectory(flow, cache)
-    others = {}
+                f"valid records 0-{len(heldout_flows) - 1}, each on its own mesh",
+                {tag: {"data_sha256": _data_key(d)}
+                 for tag, d in {"train": data, **others}.items()})
+    flows = {"train": flow}
     for other in heldout_flows:
-        found = trajectory(replace(other, nx=flow.nx, ny=flow.ny, centre=flow.centre,
-                                   radius=flow.radius), cache)
-        if not np.array_equal(found["mesh_pos"], data["mesh_pos"]):
-            raise ValueError(f"held-out trajectory {other} is not on the training mesh")
-        others[f"inflow{other.inflow:g}"] = found
-    return data, others, json.dumps(asdict(flow), sort_keys=True), "the kit's phiflow simulation"
+        flows[f"inflow{other.inflow:g}"] = replace(other, nx=flow.nx, ny=flow.ny,
+                                                   centre=flow.centre, radius=flow.radius)
+    found, provenance = {}, {}
+    for tag, each in flows.items():
+        kept = pinned.pinned_trajectory(each, pinned_folder)
+        if kept is not None and not resimulate:
+            found[tag] = kept[0]
+            provenance[tag] = {"pinned": pinned.file_name(each), "sha256": kept[1]}
+            continue
+        found[tag] = trajectory(each, cache)
+        provenance[tag] = {"simulated": True, "data_sha256": _data_key(found[tag]),
+                           "against_pinned": None if kept is None
+                           else pinned.compare(found[tag], kept[0])}
+    data = found.pop("train")
+    for tag, other in found.items():
+        if not np.array_equal(other["mesh_pos"], data["mesh_pos"]):
+            raise ValueError(f"held-out trajectory {flows[tag]} is not on the training mesh")
+    if "pinned" in provenance["train"]:
+        # the pinned file fixes the trajectory of this configuration
+        key = json.dumps(asdict(flow), sort_keys=True)
+        shown = "claims/sciml/trajectories" if pinned_folder == pinned.PINNED \
+            else pinned_folder.name
+        origin = f"the kit's phiflow simulation, pinned in {shown}"
+    else:
+        key = json.dumps({"flow": asdict(flow), "data": provenance["train"]["data_sha256"]},
+                         sort_keys=True)
+        origin = "the kit's phiflow simulation, simulated in this run"
+    return data, found, key, origin, provenance
 
 
 def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
@@ -265,16 +290,21 @@ def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
             base: Subject | None = None, cache: Path | None = None,
             airfoil: Airfoil | None = None, heldout_flows: tuple[Flow, ...] = HELDOUT_FLOWS,
             pointmlp: int = 3, physicsnemo: Path | None = None,
-            physicsnemo_backend: str = "physicsnemo", source: Path | None = None
+            physicsnemo_backend: str = "physicsnemo", source: Path | None = None,
+            resimulate: bool = False, pinned_folder: Path = pinned.PINNED
             ) -> dict[str, dict[str, Any]]:
     """Train the subjects, decide and judge the relations, replay the seeded faults and
     screen the second task; returns the records by file name (``mgn.json``,
     ``mgn_faults.json``, ``second_task.json``). With ``source`` (a DeepMind cylinder_flow
     folder) the trajectories are read from it: the first ``flow.frames`` frames of its
     first training record, and per held-out flow one validation record (that flow's
-    ``frames``), each evaluated on its own mesh."""
+    ``frames``), each evaluated on its own mesh. Otherwise the phiflow trajectories pinned
+    in ``pinned_folder`` are read where it holds them (``kit.sciml.pinned`` says why), and
+    simulated (cached) where it does not or with ``resimulate``; ``mgn.json`` records
+    which, with hashes, and how a simulated one compares with the pinned one."""
     flow = flow or Flow()
-    data, others, key, origin = _sources(flow, heldout_flows, source, cache)
+    data, others, key, origin, provenance = _sources(flow, heldout_flows, source, cache,
+                                                     resimulate, pinned_folder)
     frames = len(data["velocity"])
     train_frames = max(1, int(0.8 * (frames - 1)))
     heldout = list(range(train_frames, frames - 1))
@@ -285,7 +315,7 @@ def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
     channel = symmetric_channel()
     target = mirror_map(channel)
     record: dict[str, Any] = {
-        "source": origin, "flow": asdict(flow),
+        "source": origin, "trajectories": provenance, "flow": asdict(flow),
         "heldout_flows": [asdict(f) for f in heldout_flows],
         "nodes": len(mesh.pos), "train_frames": train_frames, "heldout_frames": heldout,
         "mirror_mismatch": study.mismatch, "mirror_domain_score": domain_score(study.mismatch),

@@ -52,7 +52,7 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
               airfoil: Airfoil | None = None, mgn_heldout: tuple[Flow, ...] = HELDOUT_FLOWS,
               mgn_pointmlp: int = 3, physicsnemo: Path | None = None,
               physicsnemo_backend: str = "physicsnemo", cache: Path | None = None,
-              mgn_source: Path | None = None) -> dict[str, Any]:
+              mgn_source: Path | None = None, mgn_resimulate: bool = False) -> dict[str, Any]:
     """Write the sweep, the FV balance, the FNO study and the verdict ledger under ``out``."""
     if mgn_source is not None:
         read_meta(mgn_source)  # a bad folder fails before hours of work, naming the file
@@ -93,7 +93,7 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
     write_atomic(out / "pinn.json", canonical_json(pinn_record))
     records = run_mgn(ledger, cards, mgn_roster, mgn_permutations, mgn_flow, mgn_subject,
                       cache, airfoil, mgn_heldout, mgn_pointmlp, physicsnemo,
-                      physicsnemo_backend, mgn_source)
+                      physicsnemo_backend, mgn_source, mgn_resimulate)
     records["unified.json"] = {
         **unified_catalogue(records["mgn_faults.json"],
                             run_pinn_probes(pinn_roster, pinn_recipe, cache),

@@ -1,0 +1,113 @@
+"""The MeshGraphNet study's cylinder trajectories, pinned in ``claims/sciml/trajectories``.
+
+Why pinned: the phiflow simulation (``kit.sciml.cylinder``) does not give the same bytes
+in every process. phiml 1.16.1 orders a tensor's dimensions by iterating sets (of
+dimension names, whose order follows the string hash seed, and of objects, whose order
+follows their addresses), numpy's reductions follow the resulting memory layout, so the
+four corner terms of each linear interpolation in the semi-Lagrangian step are summed in
+one of two orders. Measured here: the first advection of a non-uniform field already
+gives one of two results depending on the process (not on the machine, thread count or
+load; fixed ``PYTHONHASHSEED`` alone does not decide it), and after 450 steps the two
+trajectories differ by up to 0.06 in velocity (a shift in the shedding phase). So the
+study reads the trajectories that one simulation run produced, checked by sha256 against
+the index here and listed in ``manifests/evidence.json``; ``nox -s sciml -- --resimulate``
+simulates them again, runs the whole study on its own trajectories and records how they
+compare with the pinned ones (``compare``).
+
+The index ``trajectories.json`` names, for each file, the ``Flow`` that produced it, its
+sha256 and the solver versions. ``pin`` writes files and index (maintainers, after a
+change to the simulation)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kit.errors import KitError
+from kit.runtimes import ROOT
+from kit.sciml.checkpoints import content_key
+from kit.sciml.cylinder import Flow, simulate_grid, to_mesh, trajectory
+from kit.sciml.meshes import cylinder_mesh
+from kit.worker import canonical_json, read_npz, sha256_file, write_atomic, write_npz
+
+Array = np.ndarray[Any, Any]
+
+PINNED = ROOT / "claims" / "sciml" / "trajectories"
+INDEX = "trajectories.json"
+
+
+def file_name(flow: Flow) -> str:
+    """The pinned file of ``flow``: a hash of its configuration alone."""
+    return f"cylinder-{content_key(flow, ())}.npz"
+
+
+def read_index(folder: Path = PINNED) -> dict[str, Any]:
+    """The index (empty when the folder has none)."""
+    path = folder / INDEX
+    if not path.is_file():
+        return {"trajectories": {}}
+    try:
+        index = json.loads(path.read_text())
+        entries = index["trajectories"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise KitError(f"{path}: not a trajectory index ({exc}); restore it from git") from exc
+    if not isinstance(entries, dict):
+        raise KitError(f"{path}: 'trajectories' is not a mapping; restore it from git")
+    return dict(index)
+
+
+def pinned_trajectory(flow: Flow, folder: Path = PINNED) -> tuple[dict[str, Array], str] | None:
+    """(trajectory, sha256) of ``flow`` from the pinned folder, or None when it holds none.
+    A file whose bytes or configuration differ from the index is an error naming it."""
+    name = file_name(flow)
+    entry = read_index(folder)["trajectories"].get(name)
+    if entry is None:
+        return None
+    path = folder / name
+    if entry.get("flow") != json.loads(json.dumps(asdict(flow))):
+        raise KitError(f"{folder / INDEX}: entry {name} is for flow {entry.get('flow')}, "
+                       f"not {asdict(flow)}; re-pin with kit.sciml.pinned.pin")
+    if not path.is_file():
+        raise KitError(f"{path}: listed in {folder / INDEX} but missing; restore it from git")
+    digest = sha256_file(path)
+    if digest != entry.get("sha256"):
+        raise KitError(f"{path}: sha256 {digest} differs from {folder / INDEX} "
+                       f"({entry.get('sha256')}); restore it from git")
+    return read_npz(path), digest
+
+
+def pin(flows: tuple[Flow, ...], folder: Path = PINNED, cache: Path | None = None) -> Path:
+    """Write each flow's trajectory (from the cache, else simulated) and the index."""
+    folder.mkdir(parents=True, exist_ok=True)
+    index = read_index(folder)
+    index["solver"] = {"phiflow": version("phiflow"), "phiml": version("phiml")}
+    for flow in flows:
+        name = file_name(flow)
+        write_npz(folder / name, trajectory(flow, cache))
+        index["trajectories"][name] = {"flow": asdict(flow),
+                                       "sha256": sha256_file(folder / name)}
+    index["trajectories"] = dict(sorted(index["trajectories"].items()))
+    write_atomic(folder / INDEX, canonical_json(index))
+    return folder / INDEX
+
+
+def simulate(flow: Flow) -> dict[str, Array]:
+    """A fresh simulation of ``flow`` on its mesh (no cache read or written)."""
+    return to_mesh(simulate_grid(flow), flow, cylinder_mesh(flow.centre, flow.radius))
+
+
+def compare(found: dict[str, Array], pinned: dict[str, Array]) -> dict[str, Any]:
+    """How a simulated trajectory compares with the pinned one: identical bytes, and the
+    largest absolute difference of each array."""
+    if set(found) != set(pinned):
+        raise KitError(f"arrays {sorted(found)} differ from the pinned {sorted(pinned)}")
+    diffs = {name: float(np.max(np.abs(np.asarray(found[name], np.float64)
+                                       - np.asarray(pinned[name], np.float64))))
+             if found[name].shape == pinned[name].shape else None for name in sorted(found)}
+    return {"identical": all(np.array_equal(found[n], pinned[n]) for n in found),
+            "max_abs_difference": diffs}
