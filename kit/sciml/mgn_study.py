@@ -257,7 +257,8 @@ def _sources(flow: Flow, heldout_flows: tuple[Flow, ...], source: Path | None,
     for other in heldout_flows:
         flows[f"inflow{other.inflow:g}"] = replace(other, nx=flow.nx, ny=flow.ny,
                                                    centre=flow.centre, radius=flow.radius)
-    found, provenance = {}, {}
+    found: dict[str, dict[str, Array]] = {}
+    provenance: dict[str, dict[str, Any]] = {}
     for tag, each in flows.items():
         kept = pinned.pinned_trajectory(each, pinned_folder)
         if kept is not None and not resimulate:
@@ -269,8 +270,8 @@ def _sources(flow: Flow, heldout_flows: tuple[Flow, ...], source: Path | None,
                            "against_pinned": None if kept is None
                            else pinned.compare(found[tag], kept[0])}
     data = found.pop("train")
-    for tag, other in found.items():
-        if not np.array_equal(other["mesh_pos"], data["mesh_pos"]):
+    for tag, held in found.items():
+        if not np.array_equal(held["mesh_pos"], data["mesh_pos"]):
             raise ValueError(f"held-out trajectory {flows[tag]} is not on the training mesh")
     if "pinned" in provenance["train"]:
         # the pinned file fixes the trajectory of this configuration

@@ -1,14 +1,14 @@
 """The MeshGraphNet study's cylinder trajectories, pinned in ``claims/sciml/trajectories``.
 
 Why pinned: the phiflow simulation (``kit.sciml.cylinder``) does not give the same bytes
-in every process. phiml 1.16.1 orders a tensor's dimensions by iterating sets (of
-dimension names, whose order follows the string hash seed, and of objects, whose order
-follows their addresses), numpy's reductions follow the resulting memory layout, so the
-four corner terms of each linear interpolation in the semi-Lagrangian step are summed in
-one of two orders. Measured here: the first advection of a non-uniform field already
-gives one of two results depending on the process (not on the machine, thread count or
-load; fixed ``PYTHONHASHSEED`` alone does not decide it), and after 450 steps the two
-trajectories differ by up to 0.06 in velocity (a shift in the shedding phase). So the
+in every process. Measured here: the semi-Lagrangian advection of the same field gives one
+of two results depending on the process (from the first step with a non-uniform field),
+not on the machine, thread count or load; it is reproducible only with both
+``PYTHONHASHSEED`` fixed and address randomisation off. phiml 1.16.1 orders a tensor's
+dimensions by iterating sets (of names, whose order follows the hash seed, and of objects,
+whose order follows their addresses): the arrays inside its interpolation came out as
+(x, y) in one process and (y, x) in another. After 450 steps the two trajectories differ
+by up to 0.06 in velocity (a shift in the shedding phase). So the
 study reads the trajectories that one simulation run produced, checked by sha256 against
 the index here and listed in ``manifests/evidence.json``; ``nox -s sciml -- --resimulate``
 simulates them again, runs the whole study on its own trajectories and records how they
