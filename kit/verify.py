@@ -146,6 +146,31 @@ def check_schemas(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
     return checked
 
 
+def check_trajectories(root: Path) -> list[str]:
+    """Problems with the trajectories the shipped MeshGraphNet evidence names (empty when
+    each was read from ``claims/sciml/trajectories`` with the sha256 its index lists)."""
+    record = root / "claims" / "sciml" / "evidence" / "kit" / "mgn.json"
+    if not record.is_file():
+        return []
+    index_path = root / "claims" / "sciml" / "trajectories" / "trajectories.json"
+    index = _read_json(index_path)["trajectories"] if index_path.is_file() else {}
+    used = _read_json(record).get("trajectories")
+    if not isinstance(used, dict) or not used:
+        return [f"{record}: names no trajectories; ship a run of the current kit"]
+    problems = []
+    for tag, entry in sorted(used.items()):
+        name = entry.get("pinned")
+        listed = index.get(name, {}).get("sha256") if name else None
+        if name is None:
+            problems.append(f"{record}: trajectory {tag} was not read from "
+                            f"{index_path.parent} (simulated in that run); ship a run of the "
+                            "pinned trajectories")
+        elif listed != entry.get("sha256"):
+            problems.append(f"{record}: trajectory {tag} ({name}) has sha256 "
+                            f"{entry.get('sha256')}, {index_path} lists {listed}")
+    return problems
+
+
 SCIML_SHIPPED = ("ledger.json", "operator_floor.json", "fv_balance.json", "fno.json", "mgn.json",
                  "mgn_faults.json", "second_task.json", "unified.json",
                  "pinn.json")
@@ -211,6 +236,7 @@ def verify(root: Path = ROOT, json_out: Path | None = None,
         except KitError as exc:
             problems.append(str(exc))
     problems += check_manifests(root)
+    problems += check_trajectories(root)
     try:
         check_schemas(root, ledgers)
     except KitError as exc:

@@ -17,7 +17,7 @@ from kit.errors import KitError
 from kit.replay import compare_runs
 from kit.runtimes import ROOT
 from kit.stages.common import Run, write_manifest
-from kit.verify import check_manifests, ship, verify, write_manifests
+from kit.verify import check_manifests, check_trajectories, ship, verify, write_manifests
 from kit.worker import read_npz, write_npz
 
 F = "drift."
@@ -194,6 +194,7 @@ def test_the_shipped_evidence_checks_out_and_every_claim_is_decided() -> None:
     ledgers = [load_ledger(p) for p in sorted((ROOT / "claims").glob("*.yaml"))]
     assert {ledger["study"] for ledger in ledgers} == {"drift", "sciml"}
     assert check_manifests(ROOT) == []
+    assert check_trajectories(ROOT) == []
     check_schemas(ROOT, ledgers)
     for ledger in ledgers:
         outcomes = evaluate(ledger, ROOT)
@@ -246,3 +247,29 @@ def test_a_recorded_value_at_a_missing_path_names_the_file(shipped: Path) -> Non
     assert isinstance(recorded(evidence, "score/summary.json", "primary.direct.auroc"), float)
     with pytest.raises(KitError, match=r"summary\.json: no recorded value at 'primary.nope'"):
         recorded(evidence, "score/summary.json", "primary.nope")
+
+
+def _trajectory_root(tmp_path: Path, used: dict[str, Any]) -> Path:
+    evidence = tmp_path / "claims" / "sciml" / "evidence" / "kit"
+    evidence.mkdir(parents=True)
+    (evidence / "mgn.json").write_text(json.dumps({"trajectories": used}))
+    pins = tmp_path / "claims" / "sciml" / "trajectories"
+    pins.mkdir()
+    (pins / "trajectories.json").write_text(json.dumps(
+        {"trajectories": {"cylinder-a.npz": {"flow": {}, "sha256": "aa"}}}))
+    return tmp_path
+
+
+def test_shipped_mgn_evidence_must_name_the_pinned_trajectories(tmp_path: Path) -> None:
+    ok = _trajectory_root(tmp_path / "ok", {"train": {"pinned": "cylinder-a.npz",
+                                                      "sha256": "aa"}})
+    assert check_trajectories(ok) == []
+    other = _trajectory_root(tmp_path / "other", {"train": {"pinned": "cylinder-a.npz",
+                                                            "sha256": "bb"}})
+    assert check_trajectories(other) == [
+        f"{other}/claims/sciml/evidence/kit/mgn.json: trajectory train (cylinder-a.npz) has "
+        f"sha256 bb, {other}/claims/sciml/trajectories/trajectories.json lists aa"]
+    simulated = _trajectory_root(tmp_path / "sim", {"train": {"simulated": True}})
+    assert "simulated in that run" in check_trajectories(simulated)[0]
+    none = _trajectory_root(tmp_path / "none", {})
+    assert "names no trajectories" in check_trajectories(none)[0]
