@@ -8,11 +8,11 @@ not on the machine, thread count or load; it is reproducible only with both
 dimensions by iterating sets (of names, whose order follows the hash seed, and of objects,
 whose order follows their addresses): the arrays inside its interpolation came out as
 (x, y) in one process and (y, x) in another. After 450 steps the two trajectories differ
-by up to 0.06 in velocity (a shift in the shedding phase). So the
-study reads the trajectories that one simulation run produced, checked by sha256 against
-the index here and listed in ``manifests/evidence.json``; ``nox -s sciml -- --resimulate``
-simulates them again, runs the whole study on its own trajectories and records how they
-compare with the pinned ones (``compare``).
+by up to 0.06 in velocity (a shift in the shedding phase). So the study reads the
+trajectories that one simulation run produced, checked by sha256 against the index here
+and listed in ``manifests/evidence.json``; ``nox -s sciml -- --resimulate`` simulates them
+again, runs the whole study on its own trajectories and records how they compare with the
+pinned ones (``compare``).
 
 The index ``trajectories.json`` names, for each file, the ``Flow`` that produced it, its
 sha256 and the solver versions. ``pin`` writes files and index (maintainers, after a
@@ -31,8 +31,7 @@ import numpy as np
 from kit.errors import KitError
 from kit.runtimes import ROOT
 from kit.sciml.checkpoints import content_key
-from kit.sciml.cylinder import Flow, simulate_grid, to_mesh, trajectory
-from kit.sciml.meshes import cylinder_mesh
+from kit.sciml.cylinder import Flow, trajectory
 from kit.worker import canonical_json, read_npz, sha256_file, write_atomic, write_npz
 
 Array = np.ndarray[Any, Any]
@@ -52,13 +51,13 @@ def read_index(folder: Path = PINNED) -> dict[str, Any]:
     if not path.is_file():
         return {"trajectories": {}}
     try:
-        index = json.loads(path.read_text())
+        index: dict[str, Any] = json.loads(path.read_text())
         entries = index["trajectories"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise KitError(f"{path}: not a trajectory index ({exc}); restore it from git") from exc
     if not isinstance(entries, dict):
         raise KitError(f"{path}: 'trajectories' is not a mapping; restore it from git")
-    return dict(index)
+    return index
 
 
 def pinned_trajectory(flow: Flow, folder: Path = PINNED) -> tuple[dict[str, Array], str] | None:
@@ -94,11 +93,6 @@ def pin(flows: tuple[Flow, ...], folder: Path = PINNED, cache: Path | None = Non
     index["trajectories"] = dict(sorted(index["trajectories"].items()))
     write_atomic(folder / INDEX, canonical_json(index))
     return folder / INDEX
-
-
-def simulate(flow: Flow) -> dict[str, Array]:
-    """A fresh simulation of ``flow`` on its mesh (no cache read or written)."""
-    return to_mesh(simulate_grid(flow), flow, cylinder_mesh(flow.centre, flow.radius))
 
 
 def compare(found: dict[str, Array], pinned: dict[str, Array]) -> dict[str, Any]:
