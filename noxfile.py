@@ -78,43 +78,16 @@ def verify(session: nox.Session) -> None:
 
 @nox.session
 def sciml(session: nox.Session) -> None:
-    """SciML study: operator floor, FV balance, FNO, PINN, MeshGraphNet (with PhysicsNeMo,
-    whose environment is built first; -- --without-physicsnemo leaves it out), into
-    runs/sciml; the MeshGraphNet study reads the phiflow trajectories pinned in
-    claims/sciml/trajectories (kit.sciml.pinned says why); -- --resimulate simulates them
-    again and runs the study on those, into runs/sciml-resimulated, recording how they
-    compare with the pinned ones; -- --deepmind FOLDER reads the trajectories from
-    DeepMind's cylinder_flow files instead, into runs/sciml-deepmind."""
-    args = list(session.posargs)
-    without = "--without-physicsnemo" in args
-    source = None
-    if "--deepmind" in args:
-        at = args.index("--deepmind")
-        if at + 1 >= len(args):
-            session.error("--deepmind needs the cylinder_flow folder (meta.json, "
-                          "train.tfrecord, valid.tfrecord)")
-        source = str(Path(args[at + 1]).resolve())
-    if not without:
-        session.run(_python(), "-m", "kit.venvs", "physicsnemo", external=True)
-    resimulate = "--resimulate" in args
-    out = "sciml-deepmind" if source else "sciml-resimulated" if resimulate else "sciml"
-    session.run(_python(), "-c", "from pathlib import Path; from kit.runtimes import ROOT; "
-                "from kit.sciml.run import run_sciml; from kit.venvs import cache_dir, "
-                f"venv_python; run_sciml(ROOT / 'runs' / {out!r}, physicsnemo=" +
-                ("None" if without else "venv_python(cache_dir() / 'venvs' / 'physicsnemo')")
-                + f", mgn_source={None if source is None else f'Path({source!r})'}, "
-                f"mgn_resimulate={resimulate})",
-                external=True)
+    """SciML study (python -m kit sciml): operator floor, FV balance, FNO, PINN,
+    MeshGraphNet (with PhysicsNeMo, whose environment is built first), into runs/sciml.
+    Options: -- --without-physicsnemo, --resimulate, --deepmind FOLDER, --run DIR."""
+    session.run(_python(), "-m", "kit", "sciml", *session.posargs, external=True)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """Infer wall time over its floor (<= 1.3) and the nested bootstrap (<= 5 s)."""
-    session.run(_python(), "-c", "import sys; from kit.bench import bench_bootstrap, "
-                "bench_infer; b = bench_bootstrap(); r = bench_infer(); "
-                "sys.exit(0 if r['ratio'] <= r['target'] and b['agree_on_sample'] and "
-                "b['vectorised_s'] <= b['target_s'] else 1)",
-                external=True)
+    session.run(_python(), "-m", "kit", "bench", *session.posargs, external=True)
 
 
 @nox.session

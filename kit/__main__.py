@@ -1,11 +1,13 @@
 """Command line: ``python -m kit COMMAND``.
 
     run        one exchange: a model and an input .npz under one runtime -> an output .npz
-    images     build the two runtime images and write manifests/images.json
+    images     build the two runtime images and write build/images.json
     stage      one drift stage (fetch split fault infer score bootstrap sensitivity report)
     reproduce  the drift stages in order, then the run manifest check
     verify     every ledger, schema, manifest and claim, offline (--replay: rerun and compare)
     ship       copy a finished run's evidence into claims/ and rewrite the manifests
+    sciml      the SciML study (operator floor, FNO, PINN, MeshGraphNet, catalogue)
+    bench      infer's wall time against its floor and the nested bootstrap's engine
 """
 
 from __future__ import annotations
@@ -14,14 +16,21 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from kit.errors import KitError
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__.split("\n")[0],
+                                     allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run one model on one input .npz under one runtime")
+
+    def add(name: str, **options: Any) -> argparse.ArgumentParser:
+        # allow_abbrev=False: a mistyped option must fail, not match a longer one
+        return sub.add_parser(name, allow_abbrev=False, **options)
+
+    run = add("run", help="run one model on one input .npz under one runtime")
     run.add_argument("--runtime", required=True, choices=["ref", "cand"])
     run.add_argument("--model", required=True, type=Path)
     run.add_argument("--inputs", required=True, type=Path)
@@ -29,14 +38,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=["docker", "venv"],
                      help="default: docker when a daemon answers, else venv")
     run.add_argument("--batch-size", type=int, default=64)
-    images = sub.add_parser("images", help="build the runtime images (needs a Docker daemon)")
+    images = add("images", help="build the runtime images (needs a Docker daemon)")
     images.add_argument("--base", help="base image (default: python:3.11-slim-bookworm, "
                                        "else a debootstrap base)")
     images.add_argument("--runtime", action="append", choices=["ref", "cand"],
                         help="build only this runtime (repeatable)")
     for command, help_text in (("stage", "run one drift stage"),
                                ("reproduce", "run the drift stages in order")):
-        stage = sub.add_parser(command, help=help_text)
+        stage = add(command, help=help_text)
         if command == "stage":
             stage.add_argument("name", choices=["fetch", "split", "fault", "infer", "score",
                                                 "bootstrap", "sensitivity", "report"])
@@ -44,14 +53,22 @@ def _parser() -> argparse.ArgumentParser:
                            help="default: the protocol's (digits)")
         stage.add_argument("--run", type=Path, help="run folder (default runs/<substrate>)")
         stage.add_argument("--assets", type=Path, help="mirror folder of the pinned assets")
+        stage.add_argument("--asset-pins", type=Path, metavar="FILE",
+                           help="JSON pins replacing kit/assets.py's for this run (cifar100; "
+                                "full sha256 for every file; recorded in fetch.json)")
         stage.add_argument("--backend", choices=["docker", "venv"])
         stage.add_argument("--protocol", type=Path, help="protocol YAML (default: the frozen one)")
-    verify = sub.add_parser("verify", help="check every claim offline from shipped evidence")
+    verify = add("verify", help="check every claim offline from shipped evidence")
     verify.add_argument("--json", type=Path, help="also write the outcome as JSON here")
     verify.add_argument("--replay", action="store_true",
                         help="rerun the pipeline (or --stages) into a fresh folder, compare bytes")
     verify.add_argument("--strict-findings", action="store_true",
                         help="also fail on a paper's direction reversed on a stand-in substrate")
+    verify.add_argument("--expect-root", metavar="HEX",
+                        help="fail unless the root digest over everything checked equals HEX "
+                             "(the README publishes the shipped evidence's root)")
+    verify.add_argument("--page", type=Path,
+                        help="where to write the claims page (default runs/verify/index.html)")
     verify.add_argument("--stages", nargs="+", help="stages to replay (default: all)")
     verify.add_argument("--compare", nargs=2, type=Path, metavar=("FIRST", "REPLAY"),
                         help="only compare two finished run folders (writes FIRST/replay.json)")
@@ -63,46 +80,76 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--small", action="store_true",
                         help="replay the small configuration (kit.protocol.write_small_protocol) "
                              "in runs/digits-small, running it first if it is not there")
-    ship = sub.add_parser("ship", help="copy a finished run's evidence into claims/")
+    ship = add("ship", help="copy a finished run's evidence into claims/")
     ship.add_argument("--run", type=Path, help="run folder (default runs/digits)")
+    sciml = add("sciml", help="run the SciML study")
+    sciml.add_argument("--run", type=Path,
+                       help="run folder (default runs/sciml, runs/sciml-resimulated or "
+                            "runs/sciml-deepmind)")
+    sciml.add_argument("--without-physicsnemo", action="store_true",
+                       help="leave out the PhysicsNeMo MeshGraphNet (its environment is "
+                            "about 6.4 GB); its claims are then not run here")
+    source = sciml.add_mutually_exclusive_group()
+    source.add_argument("--resimulate", action="store_true",
+                        help="simulate the cylinder trajectories again instead of reading the "
+                             "pinned ones (claims/sciml/trajectories), recording how they "
+                             "compare")
+    source.add_argument("--deepmind", type=Path, metavar="FOLDER",
+                        help="read the trajectories from DeepMind's cylinder_flow files "
+                             "(meta.json, train.tfrecord, valid.tfrecord)")
+    bench = add("bench", help="benchmark infer and the nested bootstrap")
+    bench.add_argument("--run", type=Path, help="finished drift run (default runs/digits)")
     return parser
 
 
 def _replay(args: argparse.Namespace) -> int:
     from kit.protocol import PROTOCOL, load_protocol, write_small_protocol
     from kit.replay import prepare
-    from kit.stages.common import MANIFEST, default_run
-    from kit.stages.pipeline import STAGES, reproduce
+    from kit.stages.common import Run, default_run
+    from kit.stages.pipeline import STAGES, finished, reproduce
+    from kit.stages.runlock import hold
 
     protocol = args.protocol or PROTOCOL
     substrate = args.substrate or load_protocol(protocol)["substrate_default"]
     first = args.run or default_run(substrate).root
     if args.small:
         first = args.run or first.with_name(first.name + "-small")
-        protocol = write_small_protocol(first.with_name(first.name + "-protocol.yaml"))
     stages = tuple(args.stages or STAGES)
     unknown = sorted(set(stages) - set(STAGES))
     if unknown:
         raise KitError(f"unknown stages {unknown}; stages: {STAGES}")
-    options = {"substrate": substrate, "backend": args.backend, "protocol_file": protocol}
-    if args.small and not (first / MANIFEST).is_file():
-        print(f"replay: no first run in {first}; running the small configuration there first")
-        reproduce(run_dir=first, **options)
     target = first.with_name(first.name + "-replay")
-    prepare(first, target, stages, STAGES)
-    ordered = tuple(s for s in STAGES if s in stages)
-    reproduce(ordered, run_dir=target, **options)
-    return _report_replay(first, target)
+    with hold(first, create=args.small):
+        if args.small:
+            protocol = write_small_protocol(first.with_name(first.name + "-protocol.yaml"))
+        options = {"substrate": substrate, "backend": args.backend, "protocol_file": protocol}
+        if args.small and not finished(Run(first)):
+            print(f"replay: no finished first run in {first}; running the small "
+                  "configuration there first (resuming what it holds)")
+            reproduce(run_dir=first, **options)
+        # Refused at once while another command runs in the replay folder; prepare
+        # deletes that folder, its lock file too, so reproduce takes its lock again.
+        with hold(target):
+            pass
+        prepare(first, target, stages, STAGES)
+        ordered = tuple(s for s in STAGES if s in stages)
+        reproduce(ordered, run_dir=target, **options)
+        return _report_replay(first, target)
 
 
 def _report_replay(first: Path, target: Path) -> int:
     from kit.replay import compare_runs, write_report
+    from kit.stages.runlock import hold
 
-    report = compare_runs(first, target)
-    path = write_report(first, report)
+    with hold(first, create=False), hold(target, create=False):
+        report = compare_runs(first, target)
+        path = write_report(first, report)
     print(json.dumps({k: v for k, v in report.items() if k != "differing"}, indent=1))
-    print(f"replay: {report['compared']} hashed files compared, "
-          f"{'identical' if report['identical'] else 'DIFFERENT'}; report {path}")
+    same = report["machines"]["same"]
+    machine = {True: "same machine", False: "another machine (" + ", ".join(
+        report["machines"]["differing"]) + " differ)", None: "machine unknown"}[same]
+    print(f"replay: {report['compared']} hashed files compared, results "
+          f"{'identical' if report['identical'] else 'DIFFERENT'}; {machine}; report {path}")
     return 0 if report["identical"] else 1
 
 
@@ -124,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             from kit.stages.pipeline import reproduce, run_stage
 
             options = {"substrate": args.substrate, "run_dir": args.run, "assets": args.assets,
-                       "backend": args.backend, "protocol_file": args.protocol or PROTOCOL}
+                       "asset_pins": args.asset_pins, "backend": args.backend,
+                       "protocol_file": args.protocol or PROTOCOL}
             if args.command == "stage":
                 run_stage(args.name, **options)
             else:
@@ -134,14 +182,29 @@ def main(argv: list[str] | None = None) -> int:
                 return _report_replay(*args.compare)
             if args.replay:
                 return _replay(args)
+            from kit.paths import ROOT
             from kit.verify import verify
 
-            return verify(json_out=args.json, strict_findings=args.strict_findings)
+            return verify(json_out=args.json, strict_findings=args.strict_findings,
+                          expect_root=args.expect_root,
+                          page=args.page or ROOT / "runs" / "verify" / "index.html")
+        elif args.command == "sciml":
+            from kit.sciml.run import run_command
+
+            print(run_command(args.run, args.without_physicsnemo, args.resimulate,
+                              args.deepmind))
+        elif args.command == "bench":
+            from kit.bench import bench
+
+            return bench(args.run)
         elif args.command == "ship":
             from kit.stages.common import default_run
+            from kit.stages.runlock import hold
             from kit.verify import ship
 
-            print(ship(args.run or default_run("digits").root))
+            folder = args.run or default_run("digits").root
+            with hold(folder, create=False):
+                print(ship(folder))
     except KitError as exc:
         print(f"kit: error: {exc}", file=sys.stderr)
         return 2

@@ -5,8 +5,9 @@ process for every job of a stage and runtime). The job list and inputs sit in fo
 worker may only read; it writes into ``out_root`` alone.
 
 - ``docker``: ``docker run`` of the runtime's image, with ``--network none``, a read-only
-  root filesystem, no capabilities and a non-root user; the jobs and inputs folders are
-  mounted read-only and the output folder writable.
+  root filesystem, no capabilities, a non-root user and limits on memory (no swap), CPUs
+  and processes (``docker_limits``); the jobs and inputs folders are mounted read-only
+  and the output folder writable.
 - ``venv``: the runtime's virtual environment, built from the same lock as its image.
 
 ``select_backend(None)`` picks docker when a daemon answers, else venv.
@@ -26,12 +27,24 @@ from typing import Any
 
 from kit.errors import BackendUnavailable, ImageError, WorkerFailed
 from kit.runtimes import Runtime
+from kit.scratch import scratch
 from kit.venvs import ensure_runtime
 from kit.worker import canonical_json
 
 WORKER = Path(__file__).with_name("worker.py")
 BACKENDS = ("docker", "venv")
 CONTAINER_UID = 10001  # the image's unprivileged user, used when the host user is root
+# A worker container's limits. Inputs are bounded before they are read (the worker's
+# MAX_INPUT_BYTES), but a model can still ask onnxruntime for more memory than the host
+# has (a huge intermediate tensor, a long batch): the container is then killed, not the
+# host. It gets this share of the host's memory, swap included, and one CPU beyond the
+# most intra-op threads a job asks for (the worker runs one session at a time).
+DOCKER_MEMORY_SHARE = 0.5
+DOCKER_MEMORY_FLOOR = 1 << 30  # bytes: below this a worker cannot start onnxruntime
+DOCKER_PIDS = 256
+# The worker's job folder in the system's temporary folder (kit.scratch: a killed run's
+# folder is removed by the next run).
+JOBS_PREFIX = "kit-jobs-"
 LABEL_LOCK = "org.kit.lock-sha256"
 LABEL_WORKER = "org.kit.worker-sha256"
 
@@ -87,14 +100,32 @@ def check_image(runtime: Runtime) -> None:
                          f"(label {labels.get(LABEL_WORKER)}); rebuild it with `nox -s images`")
 
 
-def _docker_command(runtime: Runtime, jobs_dir: Path, in_root: Path,
-                    out_root: Path) -> list[str]:
+def host_memory() -> int:
+    """The host's physical memory in bytes."""
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def docker_limits(jobs: Sequence[dict[str, Any]], memory: int | None = None,
+                  cpus: int | None = None) -> list[str]:
+    """``docker run`` options that bound a worker container's memory, CPUs and processes
+    (``memory`` and ``cpus``: the host's, measured when not given)."""
+    memory = host_memory() if memory is None else memory
+    cpus = (os.cpu_count() or 1) if cpus is None else cpus
+    limit = max(DOCKER_MEMORY_FLOOR, int(memory * DOCKER_MEMORY_SHARE))
+    asked = [job.get("intra_op_threads", 1) for job in jobs]  # the worker checks them
+    threads = max((n for n in asked if isinstance(n, int) and n > 0), default=1)
+    return ["--memory", f"{limit}b", "--memory-swap", f"{limit}b",
+            "--cpus", str(min(cpus, threads + 1)), "--pids-limit", str(DOCKER_PIDS)]
+
+
+def _docker_command(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Path,
+                    jobs: Sequence[dict[str, Any]] = ()) -> list[str]:
     uid = os.getuid()
     user = f"{CONTAINER_UID}:{CONTAINER_UID}" if uid == 0 else f"{uid}:{os.getgid()}"
     return [
         "docker", "run", "--rm", "--network", "none", "--read-only", "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges", "--tmpfs", "/tmp:rw,size=64m",
-        "--pids-limit", "256", "--user", user,
+        *docker_limits(jobs), "--user", user,
         "-v", f"{jobs_dir}:/kit/jobs:ro", "-v", f"{in_root}:/kit/in:ro",
         "-v", f"{out_root}:/kit/out:rw", runtime.image,
         "--jobs", "/kit/jobs/jobs.json", "--in-root", "/kit/in", "--out-root", "/kit/out",
@@ -123,6 +154,13 @@ def _stream(cmd: list[str], env: dict[str, str] | None,
     return proc.returncode, "".join(said)
 
 
+def worker_error(stderr: str) -> str | None:
+    """The worker's last ``worker: error: FILE: WHAT`` line, as ``FILE: WHAT``."""
+    said = stderr.strip().splitlines()
+    return next((line.removeprefix("worker: error: ") for line in reversed(said)
+                 if line.startswith("worker: error: ")), None)
+
+
 def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
              out_root: Path, backend: str | None = None,
              progress: Callable[[str], None] | None = None) -> list[Path]:
@@ -135,14 +173,12 @@ def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
     in_root, out_root = Path(in_root).resolve(), Path(out_root).resolve()
     out_root.mkdir(parents=True, exist_ok=True)
     full = [{"graph_optimization": runtime.graph_optimization, **job} for job in jobs]
-    with tempfile.TemporaryDirectory(prefix="kit-jobs-") as tmp:
-        jobs_dir = Path(tmp)
+    with scratch(Path(tempfile.gettempdir()), JOBS_PREFIX) as jobs_dir:
         (jobs_dir / "jobs.json").write_bytes(canonical_json({"jobs": full}))
-        os.chmod(jobs_dir, 0o755)
         os.chmod(jobs_dir / "jobs.json", 0o644)
         if chosen == "docker":
             check_image(runtime)
-            cmd = _docker_command(runtime, jobs_dir, in_root, out_root)
+            cmd = _docker_command(runtime, jobs_dir, in_root, out_root, full)
             root_host = os.getuid() == 0
             if root_host:
                 _chown_tree(out_root, CONTAINER_UID, CONTAINER_UID)
@@ -158,9 +194,7 @@ def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
             env = {"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"}
             code, stderr = _stream(cmd, env, progress)
     if code != 0:
-        said = stderr.strip().splitlines()
-        reason = next((ln.removeprefix("worker: error: ") for ln in reversed(said)
-                       if ln.startswith("worker: error: ")), "\n".join(said[-15:]))
+        reason = worker_error(stderr) or "\n".join(stderr.strip().splitlines()[-15:])
         raise WorkerFailed(f"{runtime.name} worker ({chosen}) under {in_root}: {reason}",
                            stderr)
     return [out_root / job["output"] for job in full]

@@ -92,3 +92,23 @@ def bench_bootstrap(run_dir: Path | None = None, protocol_file: Path = PROTOCOL,
               "target_s": BOOTSTRAP_TARGET_S, "rows": len(table["model"])}
     print(json.dumps(result))
     return result
+
+
+def passes(infer: dict[str, Any], nested: dict[str, Any]) -> bool:
+    """The bench rule: infer within ``TARGET`` times its floor, and the vectorised nested
+    bootstrap within ``BOOTSTRAP_TARGET_S`` and equal to the loop on its sample."""
+    return bool(infer["ratio"] <= infer["target"] and nested["agree_on_sample"]
+                and nested["vectorised_s"] <= nested["target_s"])
+
+
+def bench(run_dir: Path | None = None) -> int:
+    """``python -m kit bench``: both benchmarks on the run folder; exit code of the rule."""
+    nested = bench_bootstrap(run_dir)
+    infer = bench_infer(run_dir)
+    ok = passes(infer, nested)
+    print(f"bench: infer {infer['ratio']}x its floor (target <= {infer['target']}), nested "
+          f"bootstrap {nested['vectorised_s']} s (target <= {nested['target_s']} s, equal to "
+          f"the loop on its sample: {nested['agree_on_sample']}); "
+          f"{'OK' if ok else 'FAILED'}")
+    return 0 if ok else 1
+

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from kit.errors import KitError
-from kit.worker import read_npz, sha256_file, write_npz
+from kit.files import load_npz, sha256
+from kit.worker import sha256_file, write_npz
 
 Array = np.ndarray[Any, Any]
 
@@ -31,6 +32,9 @@ CASE_COLUMNS: dict[str, str] = {
     "rank_direct": "int16", "rank_metamorphic": "int16", "rank_maximum": "int16",
 }
 ROLE_CODES = {"calibration": 0, "heldout": 1}
+# A fault's position among the model's convolutions, coded in the case tables by its index
+# here (the protocol's faults.layers maps each to a layer).
+POSITIONS = ("early", "middle", "late")
 
 
 def describe(path: Path, root: Path, columns: dict[str, Array]) -> dict[str, Any]:
@@ -59,9 +63,9 @@ def read_table(path: Path, description: dict[str, Any]) -> dict[str, Array]:
     """Read a table and check it against its description (names, dtypes, rows, sha256)."""
     if not path.is_file():
         raise KitError(f"{path}: evidence table missing")
-    if sha256_file(path) != description["sha256"]:
+    if sha256(path) != description["sha256"]:
         raise KitError(f"{path}: sha256 differs from its description in the score record")
-    columns = read_npz(path)
+    columns = load_npz(path)
     if set(columns) != set(description["columns"]):
         raise KitError(f"{path}: columns {sorted(set(columns) ^ set(description['columns']))} "
                        "differ from the description")

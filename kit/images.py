@@ -2,7 +2,7 @@
 
 Steps: download each lock's wheels on the host into ``build/wheelhouse/<runtime>``
 (hash-checked), choose a base image, ``docker build`` each Dockerfile without network,
-then write ``manifests/images.json`` (image IDs, labels, base). The base defaults to the
+then write ``build/images.json`` (image IDs, labels, base). The base defaults to the
 official ``python:3.11-slim-bookworm``; when it is neither present nor pullable (no
 registry answers, as on the kit's build machines) a base is built from Debian's packages
 with debootstrap (``tools/base-image.sh``) and the manifest says so.
@@ -18,14 +18,16 @@ from typing import Any
 
 from kit.backends import worker_sha256
 from kit.errors import ImageError
-from kit.runtimes import ROOT, Runtime, load_runtimes
+from kit.paths import ROOT
+from kit.runtimes import Runtime, load_runtimes
 from kit.venvs import failure_tail
 from kit.worker import canonical_json, write_atomic
 
 OFFICIAL_BASE = "python:3.11-slim-bookworm"
 DEBOOTSTRAP_BASE = "kit-base:bookworm-py311"
 WHEELHOUSE = ROOT / "build" / "wheelhouse"
-MANIFEST = ROOT / "manifests" / "images.json"
+# Per machine, so under the ignored build/ and outside the verified manifests/.
+MANIFEST = ROOT / "build" / "images.json"
 
 
 def _run(cmd: list[str], what: str, timeout: float | None = None) -> str:

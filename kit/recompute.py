@@ -10,7 +10,6 @@ summaries are never read back as results.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from functools import cached_property
@@ -18,16 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from kit import analysis
 from kit import bootstrap as engine
 from kit.errors import KitError
 from kit.evidence import read_table
+from kit.files import load_npz, read_json, read_yaml, sha256
 from kit.localise import TOP_K
 from kit.stages.score import table_name
 from kit.stages.sensitivity import sensitivity
-from kit.worker import read_npz, sha256_file
 
 Array = np.ndarray[Any, Any]
 Value = float | int | bool | list[float] | str
@@ -43,17 +41,14 @@ class Evidence:
         path = self.root / relative
         if not path.is_file():
             raise KitError(f"{path}: evidence file missing")
-        try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise KitError(f"{path}: not valid JSON ({exc})") from exc
+        return read_json(path)
 
     @cached_property
     def protocol(self) -> dict[str, Any]:
         path = self.root / "score" / "protocol.yaml"
         if not path.is_file():
             raise KitError(f"{path}: evidence file missing")
-        return yaml.safe_load(path.read_text())  # type: ignore[no-any-return]
+        return read_yaml(path)  # type: ignore[no-any-return]
 
     @cached_property
     def record(self) -> dict[str, Any]:
@@ -81,9 +76,9 @@ class Evidence:
     def _checked_npz(self, key: str) -> dict[str, Array]:
         entry = self.record[key]
         path = self.root / entry["path"]
-        if not path.is_file() or sha256_file(path) != entry["sha256"]:
+        if not path.is_file() or sha256(path) != entry["sha256"]:
             raise KitError(f"{path}: missing or its sha256 differs from score/score.json")
-        return read_npz(path)
+        return load_npz(path)
 
     @cached_property
     def layers(self) -> dict[str, Array]:
@@ -271,9 +266,15 @@ def grid_all_negative(ev: Evidence) -> Value:
     return all(float(grid(ev, c, "difference")) < 0 for c in _grid_conditions(ev))  # type: ignore[arg-type]
 
 
-def grid_range(ev: Evidence, field: str) -> Value:
+def grid_range(ev: Evidence, field: str, end: str | None = None) -> Value:
+    """[min, max] of a quantity over the reduced-split conditions (or one ``end``)."""
     values = [float(grid(ev, c, field)) for c in _grid_conditions(ev)]  # type: ignore[arg-type]
-    return [min(values), max(values)]
+    found = {"low": min(values), "high": max(values)}
+    if end is not None:
+        if end not in found:
+            raise KitError(f"grid_range: end must be 'low' or 'high', not {end!r}")
+        return found[end]
+    return [found["low"], found["high"]]
 
 
 def geometry(ev: Evidence, field: str) -> Value:
@@ -353,7 +354,7 @@ def replay(ev: Evidence, what: str = "identical") -> Value:
     hashed outputs equal the first run's, and whether both manifests checked out."""
     found = ev.json("replay.json")
     first = ev.json("run-manifest.json")["files"]
-    if found["first_manifest_sha256"] != sha256_file(ev.root / "run-manifest.json"):
+    if found["first_manifest_sha256"] != sha256(ev.root / "run-manifest.json"):
         raise KitError(f"{ev.root}/replay.json: it compared another first run")
     if what == "identical":
         return bool(found["identical"] and found["compared"] == len(first))
@@ -365,11 +366,6 @@ def constant(ev: Any, value: Value) -> Value:
     Both studies' ledgers name it (``drift.constant``, ``sciml.constant_value``)."""
     del ev
     return value
-
-
-def chance(ev: Evidence) -> Value:
-    """Top-1 accuracy of guessing, in percent: 100 / number of classes."""
-    return 100.0 / len(set(ev.record["labels"]))
 
 
 def width_multiplier(ev: Evidence, model: str = "mobilenetv2_x0_5") -> Value:
@@ -438,5 +434,5 @@ RECOMPUTE: dict[str, Callable[..., Value]] = {
         fault_count, case_count, rate, rate_difference, auc, every_model, cell_rate, cell_gap,
         saturated, localisation, localisation_difference, localisation_ratio, grid,
         grid_all_negative, grid_range, geometry, accuracy, factor, boot, boot_widening,
-        boot_separated, decision, replay, constant, chance, width_multiplier, reduced_split,
+        boot_separated, decision, replay, constant, width_multiplier, reduced_split,
         top_k, nominal_fpr, factor_cells, decision_comparisons, recorded, saturated_recorded)}

@@ -118,6 +118,12 @@ def mgn_architectures(ev: Any) -> Value:
     return len(groups)
 
 
+def physicsnemo_ran(ev: Any) -> Value:
+    """Whether the run included NVIDIA PhysicsNeMo's MeshGraphNet (``mgn.json`` says
+    ``run: ...`` or ``not run: why``); claims on it are not run here otherwise."""
+    return str(ev.json("mgn.json")["physicsnemo"]).startswith("run:")
+
+
 Prefix = str | list[str] | None
 
 
@@ -140,11 +146,6 @@ def verdict_share(ev: Any, card: str, verdicts: list[str], prefix: Prefix = None
                   contains: str | None = None) -> Value:
     rows = _verdicts(ev, card, prefix, contains)
     return sum(v in verdicts for v in rows) / len(rows)
-
-
-def verdict_total(ev: Any, card: str, prefix: Prefix = None, contains: str | None = None
-                  ) -> Value:
-    return len(_verdicts(ev, card, prefix, contains))
 
 
 def verdict_exact_interval(ev: Any, card: str, verdicts: list[str], prefix: Prefix = None,
@@ -338,18 +339,6 @@ def fault_eval_frames(ev: Any) -> Value:
     return len(_faults(ev)["eval_frames"])
 
 
-def fault_caught_recorded(ev: Any, detector: str = "any") -> Value:
-    """``fault_mutants(mode="any")`` read from the per-mutant summaries the run recorded."""
-    return int(sum(m["summary"][detector]["detected"] > 0 for m in _canonical(ev).values()))
-
-
-def fault_sweep_wilson_recomputed(ev: Any, sweep: str, level: str, detector: str = "any"
-                                  ) -> Value:
-    """The Wilson interval recomputed from a sweep level's recorded count."""
-    row = _faults(ev)[sweep][level][detector]
-    return list(wilson(int(row["detected"]), int(row["n"])))
-
-
 def fault_some_recorded(ev: Any) -> Value:
     """``fault_mutants(mode="some")`` read from the per-mutant summaries the run recorded."""
     return int(sum(0 < m["summary"]["any"]["detected"] < m["summary"]["any"]["n"]
@@ -448,11 +437,6 @@ def unified_flagged(ev: Any, detector: str = "any", family: str | None = None) -
     return count
 
 
-def second(ev: Any, key: str) -> Value:
-    """A measured property of the second task (``second_task.json`` measured)."""
-    return float(ev.json("second_task.json")["measured"][key])
-
-
 def second_density_ratio(ev: Any) -> Value:
     m = ev.json("second_task.json")["measured"]
     return float(m["density_max"] / m["density_min"])
@@ -464,11 +448,11 @@ def second_permutation_max(ev: Any) -> Value:
 
 FUNCTIONS: tuple[Callable[..., Value], ...] = (
     mgn_metric, mgn_metric_ratio, mgn_median_ci, mgn_subjects, mgn_trajectories,
-    mgn_transitions, mgn_architectures, verdict_count, verdict_share, verdict_total,
+    mgn_transitions, mgn_architectures, physicsnemo_ran, verdict_count, verdict_share,
     verdict_exact_interval, decision, exact_mirror, fault_catalogue, fault_detected,
     fault_metric, fault_mutants, fault_mode_wilson, fault_classes_caught,
     fault_detected_metric, fault_union_by_subject, fault_sweep, fault_sweep_wilson,
-    fault_sweep_levels, fault_eval_frames, fault_some_recorded, fault_caught_recorded,
-    fault_sweep_wilson_recomputed, fault_sweep_trials, fault_sweep_trials_wilson, fault_pr,
-    unified_size, unified_pr, unified_flagged, second,
+    fault_sweep_levels, fault_eval_frames, fault_some_recorded,
+    fault_sweep_trials, fault_sweep_trials_wilson, fault_pr,
+    unified_size, unified_pr, unified_flagged,
     second_density_ratio, second_permutation_max)

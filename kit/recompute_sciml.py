@@ -8,7 +8,6 @@ read from the ledger's tallies); intervals and tests are recomputed with
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 
 from kit import recompute_mgn
 from kit.errors import KitError
+from kit.files import read_json
 from kit.recompute import constant, recorded
 from kit.sciml.operator_floor import loglog_fit
 from kit.sciml.pinn import PDES as PINN_PDES
@@ -37,10 +37,7 @@ class SciEvidence:
             path = self.root / name
             if not path.is_file():
                 raise KitError(f"{path}: evidence file missing")
-            try:
-                self._cache[name] = json.loads(path.read_text())
-            except json.JSONDecodeError as exc:
-                raise KitError(f"{path}: not valid JSON ({exc})") from exc
+            self._cache[name] = read_json(path)
         return self._cache[name]
 
 

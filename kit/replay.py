@@ -5,12 +5,13 @@ Stages before the first replayed one are hard-linked from the first run, so
 ``--stages score bootstrap`` replays the analysis on the very same raw outputs. On a
 mismatch the report names the first differing file and, for .npz files, the first
 differing array and element with both values, and each differing array's maximum absolute
-and relative deviation; for text files the first differing line.
+and relative deviation; for text files the first differing line. The run folders are read
+through ``kit.files``: a manifest, ``machine.json`` or an .npz that cannot be read is an
+error naming it, not a traceback.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -19,12 +20,15 @@ from typing import Any
 import numpy as np
 
 from kit.errors import KitError
-from kit.stages.common import MANIFEST, REPLAY, check_manifest
-from kit.worker import canonical_json, read_npz, sha256_file, write_atomic
+from kit.files import load_npz, read_bytes, read_json, sha256
+from kit.stages.common import MACHINE, MANIFEST, REPLAY, check_manifest
+from kit.worker import canonical_json, write_atomic
+
+RERUN = "rerun that run (nox -s reproduce) or restore the folder"
 
 
 def _npz_difference(a: Path, b: Path) -> dict[str, Any]:
-    left, right = read_npz(a), read_npz(b)
+    left, right = load_npz(a), load_npz(b)
     found: dict[str, Any] = {"arrays": []}
     for name in sorted(set(left) | set(right)):
         if name not in left or name not in right:
@@ -56,8 +60,8 @@ def _npz_difference(a: Path, b: Path) -> dict[str, Any]:
 
 
 def _text_difference(a: Path, b: Path) -> dict[str, Any]:
-    left = a.read_bytes().decode(errors="replace").splitlines()
-    right = b.read_bytes().decode(errors="replace").splitlines()
+    left = read_bytes(a).decode(errors="replace").splitlines()
+    right = read_bytes(b).decode(errors="replace").splitlines()
     for number, (x, y) in enumerate(zip(left, right, strict=False), 1):
         if x != y:
             return {"line": number, "first": x[:200], "replay": y[:200]}
@@ -67,19 +71,14 @@ def _text_difference(a: Path, b: Path) -> dict[str, Any]:
 
 def compare_runs(first: Path, second: Path) -> dict[str, Any]:
     """Compare the hashed outputs of two run folders (their manifests)."""
-    listed = {}
-    for root in (first, second):
-        path = root / MANIFEST
-        if not path.is_file():
-            raise KitError(f"{path}: no run manifest to compare")
-        listed[root] = json.loads(path.read_text())["files"]
-    a, b = listed[first], listed[second]
+    a, b = (_listed(root) for root in (first, second))
     differing = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
     report: dict[str, Any] = {"compared": len(a), "identical": not differing,
                               "differing": differing[:50], "differing_count": len(differing),
-                              "first_manifest_sha256": sha256_file(first / MANIFEST),
+                              "first_manifest_sha256": sha256(first / MANIFEST),
                               "first_manifest_ok": check_manifest(first) == [],
-                              "replay_manifest_ok": check_manifest(second) == []}
+                              "replay_manifest_ok": check_manifest(second) == [],
+                              "machines": _machines(first, second)}
     if differing:
         name = differing[0]
         detail: dict[str, Any] = {"file": name}
@@ -91,6 +90,38 @@ def compare_runs(first: Path, second: Path) -> dict[str, Any]:
             detail.update(_text_difference(first / name, second / name))
         report["first_difference"] = detail
     return report
+
+
+def _listed(root: Path) -> dict[str, str]:
+    """The files a run folder's manifest lists (relative path: sha256)."""
+    path = root / MANIFEST
+    if not path.is_file():
+        raise KitError(f"{path}: no run manifest to compare")
+    listed = read_json(path, RERUN)
+    files = listed.get("files") if isinstance(listed, dict) else None
+    if not isinstance(files, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise KitError(f"{path}: not a run manifest (a 'files' mapping of relative path to "
+                       f"sha256); {RERUN}")
+    return files
+
+
+def _machines(first: Path, second: Path) -> dict[str, Any]:
+    """Whether both runs ran on the same machine (their unhashed ``machine.json``), kept
+    apart from the result comparison: across machines the claim rules decide, not bytes."""
+    paths = [root / MACHINE for root in (first, second)]
+    if not all(path.is_file() for path in paths):
+        return {"same": None, "note": "a run folder has no machine.json"}
+    a, b = (_machine(path) for path in paths)
+    differing = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return {"same": not differing, "differing": differing}
+
+
+def _machine(path: Path) -> dict[str, Any]:
+    found = read_json(path, RERUN)
+    if not isinstance(found, dict):
+        raise KitError(f"{path}: not a machine fingerprint (a JSON object); {RERUN}")
+    return found
 
 
 def prepare(first: Path, target: Path, stages: tuple[str, ...], order: tuple[str, ...]

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.errors import ConfigError
-from kit.venvs import lock_requirements
+from kit.locks import lock_requirements
+from kit.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIG = Path(__file__).with_name("runtimes.toml")
 GRAPH_LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_all")
 FIELDS = ("description", "onnxruntime", "lock", "dockerfile", "image", "graph_optimization")
@@ -45,7 +45,7 @@ def load_runtimes(config: Path = CONFIG, root: Path = ROOT) -> dict[str, Runtime
     """Read and check every runtime; a malformed file raises ConfigError naming it."""
     try:
         table = tomllib.loads(config.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"{config}: cannot read the runtime configurations ({exc})") from exc
     runtimes = {}
     for name, entry in sorted(table.items()):

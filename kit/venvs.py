@@ -1,11 +1,16 @@
 """Virtual environments built from hash-pinned locks (standard library only).
 
-One builder serves the tools environment (``.venv``, from ``locks/tools.lock``) and the
-two runtime environments of the ``venv`` backend (``.kit/venvs/ref`` and ``cand``, from
-the same locks the Dockerfiles install). An environment is reused only while the stamp
-inside it matches the lock's sha256; otherwise it is rebuilt from scratch.
+One builder serves the tools environment (``.venv``, from ``locks/tools.lock``), the
+reviewer's environment (``.venv-verify``, from ``locks/verify.lock``) and the two runtime
+environments of the ``venv`` backend (``.kit/venvs/ref`` and ``cand``, from the same locks
+the Dockerfiles install). An environment is reused only while the stamp inside it matches
+the lock's sha256; otherwise it is rebuilt from scratch.
 
-    python -m kit.venvs tools|ref|cand|physicsnemo     build (or confirm) one environment
+    python -m kit.venvs tools|verify|ref|cand|physicsnemo     build (or confirm) one environment
+
+``verify`` holds only what ``python -m kit verify`` imports (numpy, scipy, scikit-learn,
+pyyaml, jsonschema, at tools.lock's versions) and the kit (editable): no torch, so a
+reviewer checks every claim without the tools environment's gigabytes.
 
 ``physicsnemo`` (``.kit/venvs/physicsnemo``, from ``locks/physicsnemo.lock``) runs NVIDIA
 PhysicsNeMo's MeshGraphNet for the SciML study's cross-implementation check: a separate
@@ -23,43 +28,19 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from kit.errors import ConfigError, EnvironmentFailed
+from kit.locks import lock_requirements
+from kit.paths import ROOT, cache_dir
 
-ROOT = Path(__file__).resolve().parents[1]
 TOOLS_VENV = ROOT / ".venv"
 TOOLS_LOCK = ROOT / "locks" / "tools.lock"
+VERIFY_VENV = ROOT / ".venv-verify"
+VERIFY_LOCK = ROOT / "locks" / "verify.lock"
+_NAMES = {TOOLS_VENV: "tools", VERIFY_VENV: "verify"}  # as `python -m kit.venvs` names them
 STAMP = "kit-lock.sha256"
-
-
-def cache_dir() -> Path:
-    """Where runtime environments live (``KIT_CACHE`` overrides ``<repo>/.kit``)."""
-    return Path(os.environ.get("KIT_CACHE", ROOT / ".kit"))
-
-
-def lock_requirements(lock: Path) -> dict[str, list[str]]:
-    """Map each ``name==version`` pin of a lock to its sha256 hashes; every pin needs one."""
-    try:
-        text = lock.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{lock}: cannot read the lock file ({exc})") from exc
-    joined = re.sub(r"\\\n", " ", text)
-    pins: dict[str, list[str]] = {}
-    for line in joined.splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", "-")):
-            continue
-        pin = line.split()[0]
-        if "==" not in pin:
-            raise ConfigError(f"{lock}: {pin!r} is not pinned with ==")
-        hashes = re.findall(r"--hash=sha256:([0-9a-f]{64})", line)
-        if not hashes:
-            raise ConfigError(f"{lock}: {pin} carries no --hash=sha256")
-        pins[pin.lower()] = hashes
-    if not pins:
-        raise ConfigError(f"{lock}: no pinned requirement found")
-    return pins
 
 
 def _stamp_value(lock: Path, editable: Path | None) -> str:
@@ -107,7 +88,11 @@ def split_lock(lock: Path, names: tuple[str, ...]) -> tuple[str, str]:
     (index options), so each installs with ``--require-hashes``."""
     header: list[str] = []
     blocks: list[list[str]] = []
-    for line in lock.read_text().splitlines(keepends=True):
+    try:
+        text = lock.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{lock}: cannot read the lock file ({exc})") from exc
+    for line in text.splitlines(keepends=True):
         if re.match(r"^[A-Za-z0-9_.-]+==", line):
             blocks.append([line])
         elif blocks:
@@ -124,9 +109,11 @@ def split_lock(lock: Path, names: tuple[str, ...]) -> tuple[str, str]:
 
 
 def ensure_venv(path: Path, lock: Path, editable: Path | None = None,
-                python: str = sys.executable) -> Path:
+                python: str = sys.executable, compile_bytecode: bool = True) -> Path:
     """Build ``path`` from ``lock`` with ``--require-hashes`` unless it is current;
-    returns its interpreter. ``editable`` installs that project (without deps) too."""
+    returns its interpreter. ``editable`` installs that project (without deps) too;
+    ``compile_bytecode=False`` leaves ``.pyc`` files to the first import (pip's
+    ``--no-compile``), which writes only those of the modules a run uses."""
     lock_requirements(lock)
     if is_current(path, lock, editable):
         return venv_python(path)
@@ -135,11 +122,12 @@ def ensure_venv(path: Path, lock: Path, editable: Path | None = None,
         raise EnvironmentFailed(
             f"{path} does not match {lock} (no or another stamp), and this process runs "
             f"from it, so it cannot rebuild itself; from outside it run "
-            f"`python3 -m kit.venvs {'tools' if path == TOOLS_VENV else path}`")
+            f"`python3 -m kit.venvs {_NAMES.get(path, path)}`")
     shutil.rmtree(path, ignore_errors=True)
     _run([python, "-m", "venv", str(path)], f"creating {path}")
     pip = [str(venv_python(path)), "-m", "pip", "install", "--quiet",
-           "--disable-pip-version-check", "--no-input"]
+           "--disable-pip-version-check", "--no-input",
+           *([] if compile_bytecode else ["--no-compile"])]
     rest, later = split_lock(lock, BUILT_AGAINST_TORCH)
     requirements = path / "kit-requirements.txt"
     requirements.write_text(rest)
@@ -164,6 +152,14 @@ def ensure_tools() -> Path:
     return ensure_venv(TOOLS_VENV, TOOLS_LOCK, editable=ROOT)
 
 
+def ensure_verify() -> Path:
+    """The reviewer's environment: what ``python -m kit verify`` needs and the kit itself
+    (editable), without torch. Not byte-compiled at install: compiling every module of
+    scipy and scikit-learn (their tests included) took half of the build, and verify
+    imports a fraction of them."""
+    return ensure_venv(VERIFY_VENV, VERIFY_LOCK, editable=ROOT, compile_bytecode=False)
+
+
 def ensure_physicsnemo() -> Path:
     """The PhysicsNeMo environment (about 6.4 GB; torch_scatter builds in 5-11 minutes)."""
     return ensure_venv(cache_dir() / "venvs" / "physicsnemo", PHYSICSNEMO_LOCK)
@@ -179,12 +175,14 @@ def ensure_runtime(name: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or args[0] not in ("tools", "ref", "cand", "physicsnemo"):
-        print("usage: python -m kit.venvs tools|ref|cand|physicsnemo", file=sys.stderr)
+    builders: dict[str, Callable[[], Path]] = {
+        "tools": ensure_tools, "verify": ensure_verify, "ref": lambda: ensure_runtime("ref"),
+        "cand": lambda: ensure_runtime("cand"), "physicsnemo": ensure_physicsnemo}
+    if len(args) != 1 or args[0] not in builders:
+        print(f"usage: python -m kit.venvs {'|'.join(builders)}", file=sys.stderr)
         return 2
     try:
-        python = ensure_tools() if args[0] == "tools" else ensure_physicsnemo() \
-            if args[0] == "physicsnemo" else ensure_runtime(args[0])
+        python = builders[args[0]]()
     except (ConfigError, EnvironmentFailed) as exc:
         print(f"kit: error: {exc}", file=sys.stderr)
         return 2

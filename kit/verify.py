@@ -3,42 +3,53 @@
 1. Schemas: every ledger (``claims/*.yaml``), the shipped evidence records
    (``score/score.json``), the protocol copies, the manifests and the SciML MR cards.
 2. Manifests: ``manifests/evidence.json`` lists the sha256 of every file under ``claims/``
-   (ledgers and shipped evidence): each must match, and a file present but not listed is
-   refused. ``manifests/locks.json`` pins the lock files and ``manifests/assets.json`` the
-   upstream assets (equal to ``kit.assets``).
+   (ledgers, shipped evidence, pinned trajectories; only ``claims/README.md`` is exempt):
+   each must match, and a file present but not listed is refused. ``manifests/locks.json``
+   pins the lock files and ``manifests/assets.json`` the upstream assets (equal to
+   ``kit.assets``); ``manifests/`` holds these three and its README, nothing else. A
+   symbolic link anywhere under ``claims/`` or ``manifests/`` (a linked folder too) is
+   refused (``kit/coverage.py``, which also computes the root digest). The pinned
+   trajectories are hashed against their own index as well.
 3. Claims: recomputed from the raw per-case evidence and decided by their rules.
 4. ``--replay``: rerun the pipeline (or named stages) and compare bytes.
 
-Exit 0 only when every check passes and every claim that applies to present evidence
-holds. A claim's ``finding`` (the paper's direction where it did not reproduce on a
-stand-in substrate, ``kit.claims``) is printed and counted; with ``strict_findings`` a
-reversed finding fails the run as well. ``ship`` copies a finished run's evidence into
-``claims/<study>/evidence/`` and rewrites the manifests.
+Every file is read through ``kit.files`` (a file that is not UTF-8, not JSON or YAML, or
+not an .npz is a problem naming it), and every check collects its problems instead of
+stopping at the first: verify lists them all and still decides every claim whose ledger
+and evidence can be read. Exit 0 only when every check passes and every claim that
+applies to present evidence holds. A claim's ``finding`` (the paper's direction where it
+did not reproduce on a stand-in substrate, ``kit.claims``) is printed and counted; with
+``strict_findings`` a reversed finding fails the run as well. ``ship`` copies a finished
+run's evidence into ``claims/<study>/evidence/`` and rewrites the manifests.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
-from kit import assets
-from kit.claims import Outcome, clear_cache, evaluate, load_ledger
+from kit.claims import STATUSES, Outcome, clear_cache, evaluate, load_ledger
+from kit.coverage import (
+    RESTORE,
+    check_manifests,
+    collect,
+    hash_problems,
+    read_shipped,
+    relative,
+    root_digest,
+    write_manifests,
+)
 from kit.errors import KitError
+from kit.files import plain_files, read_json, sha256
+from kit.paths import ROOT
 from kit.protocol import load_protocol
-from kit.runtimes import ROOT
-from kit.stages.common import MANIFEST, REPLAY
-from kit.worker import canonical_json, sha256_file, write_atomic
+from kit.schema import problems as schema_problems
+from kit.stages.common import MACHINE, MANIFEST, REPLAY, UNHASHED
+from kit.worker import canonical_json, write_atomic
 
-SCHEMAS = Path(__file__).with_name("schemas")
-EVIDENCE_MANIFEST = Path("manifests/evidence.json")
-LOCKS_MANIFEST = Path("manifests/locks.json")
-ASSETS_MANIFEST = Path("manifests/assets.json")
 SHIPPED = ("score/protocol.yaml", "fetch/fetch.json", "split/split.json", "fault/fault.json",
            "fault/severity.json",
            "score/score.json", "score/summary.json", "score/layers.npz",
@@ -46,121 +57,75 @@ SHIPPED = ("score/protocol.yaml", "fetch/fetch.json", "split/split.json", "fault
            "sensitivity/sensitivity.json", "sensitivity/summary.json")
 
 
-def _validate(instance: Any, schema: str, shown: Path) -> None:
-    validator = Draft202012Validator(json.loads((SCHEMAS / schema).read_text()))
-    errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
-    if errors:
-        where = "/".join(str(p) for p in errors[0].absolute_path) or "(top)"
-        raise KitError(f"{shown}: {where}: {errors[0].message} (schema {schema})")
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise KitError(f"{path}: cannot read as JSON ({exc})") from exc
-
-
-def asset_pins() -> dict[str, Any]:
-    """The upstream pins of ``kit.assets`` as a manifest."""
-    pins = [assets.CIFAR100, *assets.CHECKPOINTS.values()]
-    return {"assets": {a.name: {"url": a.url, "sha256": a.sha256,
-                                "sha256_prefix": a.sha256_prefix, "size": a.size}
-                       for a in pins},
-            "members": dict(sorted(assets.CIFAR100_MEMBERS.items()))}
-
-
-def evidence_files(root: Path) -> list[Path]:
-    """Every file under ``claims/`` (ledgers and shipped evidence, not the README), sorted."""
-    return sorted(p for p in (root / "claims").rglob("*")
-                  if p.is_file() and p.name != "README.md")
-
-
-def lock_files(root: Path) -> list[Path]:
-    """The lock files and their ``.in`` sources, sorted."""
-    return sorted(p for p in (root / "locks").glob("*") if p.suffix in (".lock", ".in"))
-
-
-# Each sha256 manifest and the files it must list, exactly.
-LISTED = {EVIDENCE_MANIFEST: evidence_files, LOCKS_MANIFEST: lock_files}
-
-
-def write_manifests(root: Path = ROOT) -> None:
-    """Rewrite the evidence, lock and asset manifests from what is on disk."""
-    for manifest, files in LISTED.items():
-        listed = {p.relative_to(root).as_posix(): sha256_file(p) for p in files(root)}
-        write_atomic(root / manifest, canonical_json({"files": listed}))
-    write_atomic(root / ASSETS_MANIFEST, canonical_json(asset_pins()))
-
-
-def check_manifests(root: Path) -> list[str]:
-    """Problems with the manifests (empty when every entry checks out)."""
+def check_schemas(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
+    """Problems with the evidence records and protocol copies the ledgers point at, and
+    with the SciML MR cards (every violation of every file, empty when all validate)."""
     problems = []
-    for manifest, files in LISTED.items():
-        path = root / manifest
-        if not path.is_file():
-            problems.append(f"{path}: manifest missing")
-            continue
-        listed = _read_json(path)
-        _validate(listed, "manifest.schema.json", path)
-        for name, digest in sorted(listed["files"].items()):
-            target = root / name
-            if not target.is_file():
-                problems.append(f"{target}: listed in {manifest} but missing")
-            elif sha256_file(target) != digest:
-                problems.append(f"{target}: sha256 differs from {manifest}")
-        present = {p.relative_to(root).as_posix() for p in files(root)}
-        problems += [f"{root / n}: present but not listed in {manifest}"
-                     for n in sorted(present - set(listed["files"]))]
-    path = root / ASSETS_MANIFEST
-    if not path.is_file():
-        problems.append(f"{path}: manifest missing")
-    elif _read_json(path) != asset_pins():
-        problems.append(f"{path}: differs from the pins in kit/assets.py")
+    for ledger in ledgers:
+        for substrate in ledger["substrates"].values():
+            problems += collect(_record_problems, root / substrate["evidence"],
+                                ledger["study"])
+    from kit.sciml.cards import CARDS
+
+    for card in sorted(CARDS.glob("*.yaml")):
+        problems += collect(_card_problems, card)
     return problems
 
 
-def check_schemas(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
-    """Validate every evidence record and protocol copy the ledgers point at, and the
-    SciML MR cards; raises KitError on the first violation."""
-    checked = []
-    for ledger in ledgers:
-        for substrate in ledger["substrates"].values():
-            folder = root / substrate["evidence"]
-            if ledger["study"] == "sciml":
-                verdicts = folder / "ledger.json"
-                if verdicts.is_file():
-                    _validate(_read_json(verdicts), "verdict_ledger.schema.json", verdicts)
-                    checked.append(str(verdicts))
-                continue
-            record = folder / "score" / "score.json"
-            if not record.is_file():
-                continue
-            _validate(_read_json(record), "score_record.schema.json", record)
-            load_protocol(folder / "score" / "protocol.yaml")
-            checked += [str(record), str(folder / "score" / "protocol.yaml")]
-    from kit.sciml.cards import load_cards
+def _card_problems(path: Path) -> list[str]:
+    from kit.sciml.cards import load_card
 
-    load_cards()
-    checked.append("kit/sciml/cards")
-    return checked
+    load_card(path)  # raises KitError naming the card and the field
+    return []
+
+
+def _protocol_problems(path: Path) -> list[str]:
+    load_protocol(path)  # raises KitError naming the file and the field
+    return []
+
+
+def _record_problems(folder: Path, study: str) -> list[str]:
+    """One evidence folder: its record against its schema, and a drift folder's protocol
+    copy (absent records are not run here, not problems)."""
+    if study == "sciml":
+        verdicts = folder / "ledger.json"
+        return schema_problems(read_shipped(verdicts), "verdict_ledger.schema.json",
+                               verdicts) if verdicts.is_file() else []
+    record = folder / "score" / "score.json"
+    if not record.is_file():
+        return []
+    problems = collect(lambda: schema_problems(read_shipped(record), "score_record.schema.json",
+                                               record))
+    return problems + collect(_protocol_problems, folder / "score" / "protocol.yaml")
 
 
 def check_trajectories(root: Path) -> list[str]:
-    """Problems with the trajectories the shipped MeshGraphNet evidence names (empty when
-    each was read from ``claims/sciml/trajectories`` with the sha256 its index lists)."""
+    """Problems with the pinned trajectories (each file hashed against the sha256 its
+    index lists, ``kit.sciml.pinned.pinned_problems``) and with those the shipped
+    MeshGraphNet evidence names (each read from ``claims/sciml/trajectories`` with the
+    sha256 its index lists)."""
+    from kit.sciml.pinned import INDEX, pinned_problems, read_index
+
+    folder = root / "claims" / "sciml" / "trajectories"
+    problems = pinned_problems(folder)
     record = root / "claims" / "sciml" / "evidence" / "kit" / "mgn.json"
     if not record.is_file():
-        return []
-    index_path = root / "claims" / "sciml" / "trajectories" / "trajectories.json"
-    index = _read_json(index_path)["trajectories"] if index_path.is_file() else {}
-    used = _read_json(record).get("trajectories")
+        return problems
+    try:
+        listed: dict[str, Any] = read_index(folder)["trajectories"]
+    except KitError:  # pinned_problems names the index
+        listed = {}
+    return problems + collect(_used_trajectories, record, folder / INDEX, listed)
+
+
+def _used_trajectories(record: Path, index_path: Path, index: dict[str, Any]) -> list[str]:
+    used = read_shipped(record).get("trajectories")
     if not isinstance(used, dict) or not used:
         return [f"{record}: names no trajectories; ship a run of the current kit"]
     problems = []
     for tag, entry in sorted(used.items()):
-        name = entry.get("pinned")
-        listed = index.get(name, {}).get("sha256") if name else None
+        name = entry.get("pinned") if isinstance(entry, dict) else None
+        listed = index.get(name, {}).get("sha256") if isinstance(name, str) else None
         if name is None:
             problems.append(f"{record}: trajectory {tag} was not read from "
                             f"{index_path.parent} (simulated in that run); ship a run of the "
@@ -182,9 +147,9 @@ def ship(run: Path, study: str = "drift", root: Path = ROOT) -> Path:
     if (run / "ledger.json").is_file() and not (run / "fetch").is_dir():
         return _ship_files(run, root / "claims" / "sciml" / "evidence" / "kit",
                            list(SCIML_SHIPPED), root)
-    substrate = str(_read_json(run / "fetch" / "fetch.json")["substrate"])
+    substrate = str(read_json(run / "fetch" / "fetch.json")["substrate"])
     target = root / "claims" / study / "evidence" / substrate
-    record = _read_json(run / "score" / "score.json")
+    record = read_json(run / "score" / "score.json")
     names = list(SHIPPED) + [d["path"] for d in record["tables"].values()]
     return _ship_files(run, target, names, root)
 
@@ -199,8 +164,9 @@ def _ship_files(run: Path, target: Path, names: list[str], root: Path) -> Path:
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(run / name, staging / name)
     shutil.copyfile(run / MANIFEST, staging / "run-manifest.json")
-    if (run / REPLAY).is_file():
-        shutil.copyfile(run / REPLAY, staging / "replay.json")
+    for metadata in (REPLAY, MACHINE):
+        if (run / metadata).is_file():
+            shutil.copyfile(run / metadata, staging / metadata)
     if target.exists():
         shutil.rmtree(target)
     staging.rename(target)
@@ -208,20 +174,85 @@ def _ship_files(run: Path, target: Path, names: list[str], root: Path) -> Path:
     return target
 
 
+def run_manifest_problems(root: Path) -> list[str]:
+    """Every shipped run file must be the one its shipped ``run-manifest.json`` lists, and
+    a shipped ``replay.json`` must name that manifest's sha256 (what the replay compared)."""
+    problems = []
+    for manifest in sorted((root / "claims").glob("*/evidence/*/run-manifest.json")):
+        problems += collect(_shipped_run_problems, manifest)
+    return problems
+
+
+def _shipped_run_problems(manifest: Path) -> list[str]:
+    folder = manifest.parent
+    listed = read_shipped(manifest).get("files")
+    if not isinstance(listed, dict):
+        return [f"{manifest}: no 'files' mapping; {RESTORE}"]
+    problems = []
+    for path in plain_files(folder)[0]:  # a link is refused by coverage_problems
+        name = relative(path, folder)
+        if name in ("run-manifest.json", *UNHASHED):
+            continue
+        if name not in listed:
+            problems.append(f"{path}: shipped but not in {manifest}")
+        else:
+            problems += hash_problems(path, listed[name], manifest)
+    replay = folder / "replay.json"
+    if replay.is_file() and read_shipped(replay).get("first_manifest_sha256") != \
+            sha256(manifest, RESTORE):
+        problems.append(f"{replay}: compared another run manifest than {manifest}")
+    return problems
+
+
+def paper_pin_problems(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
+    """Evidence shipped for the paper's substrate must come from the pinned upstream
+    assets (``kit/assets.py``): a run under another pins file (``--asset-pins``, e.g. the
+    tests' synthetic stand-ins) cannot reproduce the paper, so it is refused there."""
+    problems = []
+    for ledger in ledgers:
+        for name, substrate in ledger["substrates"].items():
+            record = root / substrate["evidence"] / "fetch" / "fetch.json"
+            if substrate["paper"] and record.is_file():
+                problems += collect(_pin_problems, record, name)
+    return problems
+
+
+def _pin_problems(record: Path, substrate: str) -> list[str]:
+    pins = read_shipped(record).get("asset_pins")
+    if pins == {"source": "kit/assets.py"}:
+        return []
+    return [f"{record}: the {substrate} evidence was fetched under other asset pins than "
+            f"kit/assets.py ({pins}); only the pinned upstream assets can reproduce the paper"]
+
+
 def print_outcomes(outcomes: list[Outcome]) -> None:
-    width = max(len(o.recomputed) for o in outcomes) if outcomes else 10
-    print(f"{'claim':<8} {'substrate':<9} {'published':<28} {'recomputed':<{min(width, 30)}} "
-          "status      rule")
+    print(f"{'claim':<8} {'substrate':<9} {'published':<28} {'recomputed':<24} "
+          f"{'status':<20} rule")
     for o in outcomes:
-        print(f"{o.claim:<8} {o.substrate:<9} {o.published[:28]:<28} "
-              f"{o.recomputed[:30]:<{min(width, 30)}} {o.status:<11} {o.rule}"
-              + (f" ({o.note})" if o.note else "")
-              + (f" [paper's direction {o.finding}]" if o.finding else ""))
+        paper = "" if o.effect is None or o.effect["ratio"] is None else \
+            f" [kit {_short(o.effect['kit'])} vs paper {_short(o.effect['paper'])}: " \
+            f"x{o.effect['ratio']:.3g}]"
+        print(f"{o.claim:<8} {o.substrate:<9} {o.published[:28]:<28} {o.recomputed[:24]:<24} "
+              f"{o.status:<20} {o.rule}{paper}" + (f" ({o.note})" if o.status == "not run here"
+                                                    else ""))
 
 
-def verify(root: Path = ROOT, json_out: Path | None = None,
-           strict_findings: bool = False) -> int:
-    """Every check; returns the exit code."""
+def _short(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def count_statuses(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
+    """Per study, how many claim checks have each status (every status listed)."""
+    studies = sorted({o.study for o in outcomes})
+    return {study: {s: sum(1 for o in outcomes if o.study == study and o.status == s)
+                    for s in STATUSES} for study in studies}
+
+
+def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: bool = False,
+           expect_root: str | None = None, page: Path | None = None) -> int:
+    """Every check; returns the exit code (0 only with no ``differs`` and no failed check;
+    with ``strict_findings`` also none ``direction reversed``; with ``expect_root`` the
+    root digest must equal it)."""
     start = time.monotonic()
     clear_cache()
     ledger_paths = sorted((root / "claims").glob("*.yaml"))
@@ -235,37 +266,52 @@ def verify(root: Path = ROOT, json_out: Path | None = None,
             ledgers.append(load_ledger(path))
         except KitError as exc:
             problems.append(str(exc))
-    problems += check_manifests(root)
-    problems += check_trajectories(root)
-    try:
-        check_schemas(root, ledgers)
-    except KitError as exc:
-        problems.append(str(exc))
+    for check in (check_manifests, run_manifest_problems, check_trajectories):
+        problems += collect(check, root)
+    for ledger_check in (check_schemas, paper_pin_problems):
+        problems += collect(ledger_check, root, ledgers)
     outcomes: list[Outcome] = []
     for ledger in ledgers:
         try:
             outcomes += evaluate(ledger, root, problems)
         except KitError as exc:
             problems.append(str(exc))
+    digest = root_digest(root)
+    if expect_root is not None and expect_root.lower() != digest:
+        problems.append(f"root digest {digest} differs from the expected {expect_root}")
     print_outcomes(outcomes)
-    counts = {s: sum(1 for o in outcomes if o.status == s)
-              for s in ("holds", "differs", "not run here")}
     for problem in problems:
         print(f"verify: FAIL {problem}", file=sys.stderr)
-    reversed_ = [f"{o.claim}/{o.substrate}" for o in outcomes
-                 if o.finding.startswith("reversed")]
-    ok = not problems and counts["differs"] == 0 and not (strict_findings and reversed_)
+    counts = count_statuses(outcomes)
+    reversed_ = [f"{o.claim}/{o.substrate}" for o in outcomes if o.status == "direction reversed"]
+    differing = [f"{o.claim}/{o.substrate}" for o in outcomes if o.status == "differs"]
+    ok = not problems and not differing and not (strict_findings and reversed_)
     if reversed_:
-        print(f"verify: the paper's direction does not reproduce on the stand-in substrate for "
-              f"{len(reversed_)} claims (decided by the kit's own interval or record instead"
-              f"{'; counted as failures: --strict-findings' if strict_findings else ''}): "
+        print(f"verify: the paper's direction is reversed on the stand-in substrate for "
+              f"{len(reversed_)} claims"
+              f"{' (failures under --strict-findings)' if strict_findings else ''}: "
               + ", ".join(reversed_))
-    print(f"verify: {len(outcomes)} claim checks: {counts['holds']} hold, {counts['differs']} "
-          f"differ, {counts['not run here']} not run here; {len(reversed_)} paper findings "
-          f"reversed on a stand-in; {len(problems)} failed checks; "
-          f"{time.monotonic() - start:.1f} s; {'OK' if ok else 'FAILED'}")
+    if differing:
+        print(f"verify: {len(differing)} claims differ: " + ", ".join(differing))
+    report = {"ok": ok, "root": digest, "strict_findings": strict_findings,
+              "problems": problems, "counts": counts,
+              "claims": [o.as_dict() for o in outcomes]}
+    validate_report(report)
     if json_out is not None:
-        write_atomic(json_out, canonical_json({
-            "ok": ok, "problems": problems, "counts": counts, "findings_reversed": reversed_,
-            "strict_findings": strict_findings, "claims": [o.as_dict() for o in outcomes]}))
+        write_atomic(json_out, canonical_json(report))
+    if page is not None:
+        from kit.claims_page import write_page
+
+        print(f"verify: claims page {write_page(report, page)}")
+    for study, found in counts.items():
+        print(f"verify: {study}: " + ", ".join(f"{n} {s}" for s, n in found.items() if n))
+    print(f"verify: {len(outcomes)} claim checks, {len(problems)} failed checks, "
+          f"{time.monotonic() - start:.1f} s; root {digest}; {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1
+
+
+def validate_report(report: dict[str, Any]) -> None:
+    """verify's own output against ``kit/schemas/verify_report.schema.json``."""
+    problems = schema_problems(report, "verify_report.schema.json", Path("verify report"))
+    if problems:
+        raise KitError("; ".join(problems))

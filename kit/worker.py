@@ -16,6 +16,23 @@ Each output .npz holds one array per graph output, keyed by the output's name, a
 ``.meta.json`` beside it records the runtime, session options and the sha256 of model,
 inputs and output. Both are written to a temporary name and renamed. Errors print
 ``worker: error: FILE: WHAT`` on stderr and exit with status 2.
+
+External data (a tensor whose bytes sit in the file its ``location`` names) must lie
+beside the model: a location that is absolute, has a ``..`` part, resolves through a
+symbolic link out of the model's folder, is onnxruntime's in-memory tag or names no file
+is refused before any runtime sees the model. onnx is in neither runtime, so the worker
+reads the locations from the protobuf wire format (``external_tensors``).
+``model_sha256`` then covers the .onnx and each external file (the .onnx's own sha256
+when there is none) and ``model_external_data`` gives each file's sha256.
+
+An input .npz is judged from its members' .npy headers before any data is read or
+inflated (``npz_headers``): every member a plain numeric .npy (no pickle, no object
+dtype), no name twice, each member's size what its header declares, at most
+``MAX_INPUT_BYTES`` declared in all, names, dtypes and static dims those of the graph.
+NaN or infinite inputs are refused, not recorded: the studies compare outputs by
+distance, and one NaN would void every distance it touches. A model that onnxruntime
+cannot load or run (a Conv whose weights have the wrong channel count) is a refusal
+naming the model and the onnxruntime version, never a traceback.
 """
 
 from __future__ import annotations
@@ -24,11 +41,16 @@ import argparse
 import hashlib
 import io
 import json
+import lzma
+import math
 import os
 import sys
 import tempfile
 import time
 import zipfile
+import zlib
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +71,14 @@ ORT_DTYPES = {
     "tensor(uint8)": np.dtype("uint8"), "tensor(bool)": np.dtype("bool"),
 }
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+# The most bytes the arrays of one input .npz may declare, checked from the .npy headers
+# before any data is read or decompressed: far above the studies' largest input file (a
+# CIFAR test set, 10,000 images, 123 MB), far below what a zip bomb declares.
+MAX_INPUT_BYTES = 2 << 30
+# What reading an untrusted .npz can raise: zip structure, each member's codec, numpy.
+NPZ_ERRORS = (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, OSError, ValueError,
+              KeyError, NotImplementedError, RuntimeError)  # RuntimeError covers RecursionError
+Declared = dict[str, tuple[tuple[int, ...], np.dtype[Any]]]  # array name -> shape, dtype
 
 
 class JobError(Exception):
@@ -160,6 +190,159 @@ def validate_job(job: Any, index: int) -> dict[str, Any]:
     return filled
 
 
+# ---------------------------------------------------------------- the model's external data
+# onnxruntime reads a tensor stored as external data from the file its ``location`` names,
+# relative to the model's folder: 1.20.1 follows any path (``../../etc/passwd`` becomes
+# weights) and reads ORT_MEMORY_TAG as a raw memory address. onnx is in neither runtime
+# lock, so the worker reads the few fields it needs from the protobuf wire format itself:
+# for each message kind, the fields (onnx.proto numbers) that nest a kind that can hold a
+# tensor, and a TensorProto's name, external_data entries and data_location.
+ONNX_NESTING = {
+    "model": {7: "graph", 20: "training", 25: "function"},  # ModelProto
+    "training": {1: "graph", 2: "graph"},  # TrainingInfoProto
+    "graph": {1: "node", 5: "tensor", 15: "sparse"},  # GraphProto
+    "function": {7: "node", 11: "attribute"},  # FunctionProto
+    "node": {5: "attribute"},  # NodeProto
+    "attribute": {5: "tensor", 6: "graph", 10: "tensor", 11: "graph", 22: "sparse",
+                  23: "sparse"},  # AttributeProto t g tensors graphs sparse_tensor(s)
+    "sparse": {1: "tensor", 2: "tensor"},  # SparseTensorProto values, indices
+}
+TENSOR_NAME, TENSOR_EXTERNAL_DATA, TENSOR_DATA_LOCATION, EXTERNAL = 8, 13, 14, 1
+ORT_MEMORY_TAG = "*/_ORT_MEM_ADDR_/*"
+
+
+def _varint(data: memoryview, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while shift < 64:
+        if at >= len(data):
+            break
+        byte = data[at]
+        value, at, shift = value | (byte & 0x7F) << shift, at + 1, shift + 7
+        if byte < 0x80:
+            return value, at
+    raise ValueError(f"a truncated or overlong varint at byte {at}")
+
+
+def _fields(data: memoryview) -> Iterator[tuple[int, int | memoryview]]:
+    """(field number, value) of one protobuf message: an int for a varint, the bytes of a
+    length-delimited field; fixed-width fields are skipped."""
+    at = 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, at = _varint(data, at)
+            yield number, value
+            continue
+        if wire == 2:
+            length, at = _varint(data, at)
+            end = at + length
+        elif wire in (1, 5):
+            end = at + (8 if wire == 1 else 4)
+        else:
+            raise ValueError(f"protobuf wire type {wire} at byte {at}")
+        if end > len(data):
+            raise ValueError(f"field {number} runs past the end of its message")
+        if wire == 2:
+            yield number, data[at:end]
+        at = end
+
+
+def _external_entry(tensor: memoryview) -> tuple[str, str | None] | None:
+    """(tensor name, its location or None) when the tensor's data is external."""
+    name, location, external = "", None, False
+    for number, value in _fields(tensor):
+        if number == TENSOR_NAME and isinstance(value, memoryview):
+            name = bytes(value).decode("utf-8")
+        elif number == TENSOR_DATA_LOCATION and value == EXTERNAL:
+            external = True
+        elif number == TENSOR_EXTERNAL_DATA and isinstance(value, memoryview):
+            entry = {key: bytes(text).decode("utf-8") for key, text in _fields(value)
+                     if isinstance(text, memoryview)}
+            if entry.get(1) == "location":
+                location, external = entry.get(2, ""), True
+    return (name, location) if external else None
+
+
+def external_tensors(model: bytes) -> list[tuple[str, str | None]]:
+    """(name, location) of every tensor of an ONNX model whose data is external (marked
+    so, or naming a location), in any graph, subgraph, function or training graph;
+    ValueError when the bytes are not a protobuf message."""
+    found = []
+    stack: list[tuple[str, memoryview]] = [("model", memoryview(model))]
+    while stack:  # a stack, not recursion: a model may nest graphs deeply
+        kind, message = stack.pop()
+        if kind == "tensor":
+            entry = _external_entry(message)
+            found += [entry] if entry else []
+            continue
+        nesting = ONNX_NESTING[kind]
+        stack += [(nesting[number], value) for number, value in _fields(message)
+                  if number in nesting and isinstance(value, memoryview)]
+    return found
+
+
+def external_file(folder: Path, location: str | None) -> Path:
+    """The file an external-data ``location`` names, once it is a relative path without
+    ``..`` that stays in ``folder`` (symbolic links resolved) and is a file there;
+    JobError(location, why) otherwise."""
+    shown = repr(location or "")
+    fix = ("; keep the data beside the model (onnx.save_model(..., save_as_external_data="
+           "True, location='NAME.bin'))")
+    if not location or "\0" in location:
+        raise JobError(shown, "is empty: the tensor is marked external but names no "
+                              "file" + fix)
+    if location == ORT_MEMORY_TAG:
+        raise JobError(shown, "is onnxruntime's in-memory tag: the data would be read "
+                              "from a raw memory address" + fix)
+    if os.path.isabs(location):
+        raise JobError(shown, "is an absolute path, outside the model's folder" + fix)
+    if ".." in Path(location).parts:
+        raise JobError(shown, "climbs out of the model's folder with '..'" + fix)
+    resolved = (folder / location).resolve()
+    if not resolved.is_relative_to(folder.resolve()):
+        raise JobError(shown, f"resolves through a symbolic link to {resolved}, outside "
+                              "the model's folder" + fix)
+    if not resolved.is_file():
+        raise JobError(shown, "is not a file beside the model" + fix)
+    return resolved
+
+
+def model_files(model: Path, shown: str) -> dict[str, Path]:
+    """The model's external data files (location -> file), each checked by
+    ``external_file``; JobError naming the model before any runtime sees it."""
+    if not model.is_file():
+        raise JobError(shown, "model not found")
+    try:
+        tensors = external_tensors(model.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise JobError(shown, f"not a readable ONNX model ({exc})") from exc
+    files = {}
+    for name, location in tensors:
+        try:
+            files[str(location)] = external_file(model.parent, location)
+        except JobError as exc:
+            raise JobError(shown, f"tensor {name!r}: external data location {exc.path} "
+                                  f"{exc.what}") from exc
+    return files
+
+
+def model_sha256(model: Path, files: dict[str, Path]) -> str:
+    """sha256 over the .onnx bytes then, for each external file in sorted order of
+    location, a NUL, the location, a NUL, its size (8 bytes, big-endian) and its bytes;
+    for a model without external data, the sha256 of the .onnx alone."""
+    digest = hashlib.sha256(model.read_bytes())
+    for location in sorted(files):
+        data = files[location].read_bytes()
+        digest.update(b"\0" + location.encode() + b"\0" + len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
 def _session(model: Path, shown: str, job: dict[str, Any]) -> Any:
     import onnxruntime as ort
 
@@ -176,37 +359,120 @@ def _session(model: Path, shown: str, job: dict[str, Any]) -> Any:
         return ort.InferenceSession(str(model), sess_options=options,
                                     providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own unexported exception types
-        raise JobError(shown, f"onnxruntime cannot load the model ({exc})") from exc
+        raise JobError(shown, f"the model does not load under onnxruntime {ort.__version__}: "
+                              f"{_one_line(exc)}") from exc
 
 
-def _check_inputs(session: Any, arrays: dict[str, Array], shown: str) -> int:
+# ---------------------------------------------------------------- inputs, headers first
+def _npy_header(member: Any, name: str, shown: str) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """The shape and dtype a .npy member declares; its data is not read."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(member)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise JobError(shown, f"member {name!r} is not a .npy array (a pickle, or another "
+                              "format?); write the inputs with numpy.savez") from exc
+    readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+    if version not in readers:
+        raise JobError(shown, f"member {name!r} is a .npy file of version {version}; "
+                              "write the inputs with numpy.savez (versions 1.0 and 2.0)")
+    shape, _, dtype = readers[version](member)  # type: ignore[no-untyped-call]
+    if dtype.hasobject:
+        raise JobError(shown, f"member {name!r} holds Python objects (dtype {dtype}), which "
+                              "only a pickle can read; the worker reads numeric arrays only")
+    if any(dim < 0 for dim in shape):
+        raise JobError(shown, f"member {name!r} declares the shape {shape}")
+    return tuple(shape), dtype
+
+
+def _headers(archive: zipfile.ZipFile, shown: str) -> Declared:
+    twice = sorted(name for name, count in Counter(archive.namelist()).items() if count > 1)
+    if twice:
+        raise JobError(shown, f"the archive holds {twice} more than once (a zip keeps the "
+                              "last silently); write the inputs again with numpy.savez")
+    declared: Declared = {}
+    total = 0
+    for info in archive.infolist():
+        if not info.filename.endswith(".npy"):
+            raise JobError(shown, f"member {info.filename!r} is not a .npy array")
+        with archive.open(info) as member:
+            shape, dtype = _npy_header(member, info.filename, shown)
+            offset = member.tell()
+        nbytes = math.prod(shape) * dtype.itemsize
+        total += nbytes
+        if total > MAX_INPUT_BYTES:
+            raise JobError(shown, f"member {info.filename!r} declares {shape} {dtype}, "
+                                  f"past {MAX_INPUT_BYTES} bytes for one input file; "
+                                  "split the inputs into smaller files")
+        if info.file_size != offset + nbytes:
+            raise JobError(shown, f"member {info.filename!r} declares {shape} {dtype} "
+                                  f"({nbytes} bytes) but holds {info.file_size - offset}")
+        declared[info.filename[: -len(".npy")]] = (shape, dtype)
+    return declared
+
+
+def npz_headers(path: Path, shown: str) -> Declared:
+    """Each array's declared shape and dtype, from the .npy headers of an input .npz
+    alone (no data read or decompressed); JobError for a member that is no plain numeric
+    .npy array, a name held twice, or declared sizes past MAX_INPUT_BYTES."""
+    if not path.is_file():
+        raise JobError(shown, "input .npz not found")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return _headers(archive, shown)
+    except NPZ_ERRORS as exc:
+        raise JobError(shown, f"not a readable .npz archive ({_one_line(exc)})") from exc
+
+
+def read_inputs(path: Path, shown: str, declared: Declared) -> dict[str, Array]:
+    """The arrays of an input .npz whose headers ``declared`` passed, each finite."""
+    arrays = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for name, (shape, dtype) in declared.items():
+                with archive.open(name + ".npy") as member:
+                    array = np.lib.format.read_array(  # type: ignore[no-untyped-call]
+                        member, allow_pickle=False)
+                if array.shape != shape or array.dtype != dtype:
+                    raise JobError(shown, f"member {name!r}.npy changed while it was read")
+                arrays[name] = array
+    except NPZ_ERRORS as exc:
+        raise JobError(shown, f"not a readable .npz archive ({_one_line(exc)})") from exc
+    for name, array in arrays.items():
+        if array.dtype.kind in "fc":
+            bad = array.size - int(np.count_nonzero(np.isfinite(array)))
+            if bad:
+                raise JobError(shown, f"input {name!r} holds {bad} NaN or infinite value(s); "
+                                      "the worker takes finite inputs only")
+    return arrays
+
+
+def _check_inputs(session: Any, declared: Declared, shown: str) -> int:
     """Names, dtypes and static dims must match the graph; returns the batch size N."""
     wanted = {meta.name: meta for meta in session.get_inputs()}
-    missing = sorted(set(wanted) - set(arrays))
-    extra = sorted(set(arrays) - set(wanted))
+    missing = sorted(set(wanted) - set(declared))
+    extra = sorted(set(declared) - set(wanted))
     if missing:
-        raise JobError(shown, f"missing graph input(s) {missing}; the file has {sorted(arrays)}")
+        raise JobError(shown, f"missing graph input(s) {missing}; the file has "
+                              f"{sorted(declared)}")
     if extra:
         raise JobError(shown, f"array(s) {extra} are not inputs of the graph {sorted(wanted)}")
     sizes = set()
     for name, meta in wanted.items():
-        array = arrays[name]
+        shape, found = declared[name]
         dtype = ORT_DTYPES.get(meta.type)
         if dtype is None:
             raise JobError(shown, f"input {name!r} has unsupported type {meta.type}")
-        if array.dtype != dtype:
-            raise JobError(shown, f"input {name!r} has dtype {array.dtype}, "
-                                  f"the graph wants {dtype}")
-        if array.ndim != len(meta.shape):
-            raise JobError(shown, f"input {name!r} has shape {array.shape}, "
+        if found != dtype:
+            raise JobError(shown, f"input {name!r} has dtype {found}, the graph wants {dtype}")
+        if len(shape) != len(meta.shape) or any(
+                isinstance(dim, int) and shape[axis] != dim
+                for axis, dim in enumerate(meta.shape)):
+            raise JobError(shown, f"input {name!r} has shape {shape}, "
                                   f"the graph wants {meta.shape}")
-        for axis, dim in enumerate(meta.shape):
-            if isinstance(dim, int) and array.shape[axis] != dim:
-                raise JobError(shown, f"input {name!r} has shape {array.shape}, "
-                                      f"the graph wants {meta.shape}")
-        if array.ndim == 0 or array.shape[0] == 0:
+        if not shape or shape[0] == 0:
             raise JobError(shown, f"input {name!r} has no batch axis or an empty batch")
-        sizes.add(array.shape[0])
+        sizes.add(shape[0])
     if len(sizes) != 1:
         raise JobError(shown, f"inputs disagree on the batch size: {sorted(sizes)}")
     return int(sizes.pop())
@@ -215,11 +481,20 @@ def _check_inputs(session: Any, arrays: dict[str, Array], shown: str) -> int:
 # ---------------------------------------------------------------- execution
 def _run_batched(session: Any, arrays: dict[str, Array], n: int,
                  batch: int, shown: str) -> dict[str, Array]:
+    import onnxruntime as ort
+
     names = [meta.name for meta in session.get_outputs()]
     chunks: dict[str, list[Array]] = {name: [] for name in names}
     for start in range(0, n, batch):
         feed = {key: value[start:start + batch] for key, value in arrays.items()}
-        for name, value in zip(names, session.run(names, feed), strict=True):
+        try:
+            values = session.run(names, feed)
+        except Exception as exc:  # onnxruntime raises its own unexported exception types
+            raise JobError(shown, f"the model does not run under onnxruntime "
+                                  f"{ort.__version__} (rows {start} to "
+                                  f"{min(start + batch, n) - 1}): "
+                                  f"{_one_line(exc)}") from exc
+        for name, value in zip(names, values, strict=True):
             if value.ndim == 0 or value.shape[0] != min(batch, n - start):
                 raise JobError(shown, f"graph output {name!r} has no batch axis "
                                       f"(shape {value.shape}); it cannot be batched")
@@ -259,12 +534,16 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
     # One session is kept at a time (a stage has hundreds of models; jobs come grouped by
     # model), and each distinct input file is read once.
     current: dict[tuple[Any, ...], Any] = {}
+    declared: dict[Path, Declared] = {}
     loaded: dict[Path, dict[str, Array]] = {}
+    external: dict[Path, dict[str, Path]] = {}
 
     def session_for(model: Path, job: dict[str, Any]) -> Any:
         key = (model, job["graph_optimization"], job["intra_op_threads"],
                job["inter_op_threads"])
         if key not in current:
+            if model not in external:  # checked before any runtime sees the model
+                external[model] = model_files(model, job["model"])
             current.clear()
             current[key] = _session(model, job["model"], job)
         return current[key]
@@ -273,9 +552,11 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
     for job, output in zip(jobs, outputs, strict=True):
         model = _inside(in_root, job["model"], "model")
         inputs = _inside(in_root, job["inputs"], "inputs")
-        if inputs not in loaded:
-            loaded[inputs] = read_npz(inputs, job["inputs"])
-        n = _check_inputs(session_for(model, job), loaded[inputs], job["inputs"])
+        if inputs not in declared:
+            declared[inputs] = npz_headers(inputs, job["inputs"])
+        n = _check_inputs(session_for(model, job), declared[inputs], job["inputs"])
+        if inputs not in loaded:  # read only once the headers fit a graph
+            loaded[inputs] = read_inputs(inputs, job["inputs"], declared[inputs])
         prepared.append((job, model, inputs, output, n))
 
     started = time.monotonic()
@@ -287,10 +568,14 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
             **_session_record(session, job),
             "id": job["id"], "model": job["model"], "inputs": job["inputs"],
             "output": job["output"], "batch_size": job["batch_size"], "n": n,
-            "model_sha256": sha256_file(model), "inputs_sha256": sha256_file(inputs),
+            "model_sha256": model_sha256(model, external[model]),
+            "inputs_sha256": sha256_file(inputs),
             "output_sha256": hashlib.sha256(data).hexdigest(),
             "graph_outputs": sorted(results),
         }
+        if external[model]:
+            record["model_external_data"] = {location: sha256_file(path) for location, path
+                                             in sorted(external[model].items())}
         write_atomic(output, data)
         write_atomic(meta_path(output), canonical_json(record))
         elapsed = time.monotonic() - started

@@ -13,8 +13,8 @@ import pytest
 from kit import backends
 from kit.backends import run_jobs, select_backend
 from kit.errors import BackendUnavailable, ImageError, WorkerFailed
+from kit.locks import lock_requirements
 from kit.runtimes import get_runtime, load_runtimes
-from kit.venvs import lock_requirements
 from kit.worker import meta_path
 from tests.conftest import job
 
@@ -45,6 +45,25 @@ def test_docker_command_is_sandboxed(tmp_path: Path) -> None:
     user = cmd[cmd.index("--user") + 1]
     assert not user.startswith("0:")
     assert cmd.count("kit-ref:ort-1.20.1") == 1
+    limit = max(backends.DOCKER_MEMORY_FLOOR,
+                int(backends.host_memory() * backends.DOCKER_MEMORY_SHARE))
+    for flag, value in (("--memory", f"{limit}b"), ("--memory-swap", f"{limit}b"),
+                        ("--cpus", "2"), ("--pids-limit", str(backends.DOCKER_PIDS))):
+        assert cmd[cmd.index(flag) + 1] == value
+    assert cmd.index("--cpus") < cmd.index("kit-ref:ort-1.20.1")  # options, not arguments
+
+
+def test_docker_limits_follow_the_host_and_the_jobs_threads() -> None:
+    def limit(option: str, jobs: list[dict[str, object]], memory: int = 1 << 30) -> str:
+        cmd = backends.docker_limits(jobs, memory=memory, cpus=8)
+        return cmd[cmd.index(option) + 1]
+
+    assert limit("--memory", [], memory=16 << 30) == f"{8 << 30}b"
+    assert limit("--memory-swap", [], memory=16 << 30) == f"{8 << 30}b"
+    assert limit("--memory", []) == f"{backends.DOCKER_MEMORY_FLOOR}b"
+    assert limit("--cpus", [{"intra_op_threads": 4}, {}]) == "5"
+    assert limit("--cpus", [{"intra_op_threads": 16}]) == "8"
+    assert limit("--cpus", [{"intra_op_threads": "x"}]) == "2"
 
 
 @pytest.mark.docker

@@ -53,6 +53,9 @@ def test_bad_inputs_name_the_file(tmp_path: Path) -> None:
     (tmp_path / "meta.json").write_text("{}")
     with pytest.raises(KitError, match="missing 'field_names'"):
         read_meta(tmp_path)
+    (tmp_path / "meta.json").write_bytes(b'{"field_names": "\xff"}')
+    with pytest.raises(KitError, match=r"meta\.json: cannot read the dataset description.*utf-8"):
+        read_meta(tmp_path)
 
 
 def test_a_wrong_frame_count_is_refused(tmp_path: Path) -> None:

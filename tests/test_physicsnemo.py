@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 from kit.errors import KitError
+from kit.paths import cache_dir
 from kit.sciml.meshes import cylinder_mesh
 from kit.sciml.mgn import directed_edges, permute_graph
 from kit.sciml.mgn_train import Subject
 from kit.sciml.physicsnemo_subject import Remote
-from kit.venvs import cache_dir, venv_python
+from kit.venvs import PHYSICSNEMO_LOCK, is_current, venv_python
 
 
 def _data() -> dict[str, Any]:
@@ -81,9 +82,10 @@ PHYSICSNEMO = venv_python(cache_dir() / "venvs" / "physicsnemo")
 def test_the_worker_protocol_with_physicsnemo(tmp_path: Path) -> None:
     """Skipped where the environment is not built, unless KIT_REQUIRE_PHYSICSNEMO=1 (CI
     builds it), where a missing environment is a failure."""
-    if not PHYSICSNEMO.is_file():
-        problem = f"the PhysicsNeMo environment is not built ({PHYSICSNEMO} is missing; " \
-                  "python -m kit.venvs physicsnemo)"
+    if not is_current(PHYSICSNEMO.parents[1], PHYSICSNEMO_LOCK):
+        # A build that was interrupted leaves an interpreter without the lock's stamp.
+        problem = f"the PhysicsNeMo environment is not built from {PHYSICSNEMO_LOCK} " \
+                  f"({PHYSICSNEMO.parents[1]}; python -m kit.venvs physicsnemo)"
         if os.environ.get("KIT_REQUIRE_PHYSICSNEMO") == "1":
             pytest.fail(f"KIT_REQUIRE_PHYSICSNEMO=1 but {problem}")
         pytest.skip(problem)

@@ -127,8 +127,41 @@ def test_a_bad_index_is_an_error_naming_it(folder: tuple[Path, Path], tmp_path: 
     with pytest.raises(KitError, match="is for flow"):
         pinned.pinned_trajectory(TINY, pins)
     (pins / pinned.INDEX).write_text("{not json")
+    with pytest.raises(KitError, match=f"{pinned.INDEX}: not valid JSON"):
+        pinned.pinned_trajectory(TINY, pins)
+    (pins / pinned.INDEX).write_text('{"trajectories": {"a.npz": "no sha256"}}')
     with pytest.raises(KitError, match=f"{pinned.INDEX}: not a trajectory index"):
         pinned.pinned_trajectory(TINY, pins)
+    (pins / pinned.INDEX).write_bytes(b'{"trajectories": {"\xff": {}}}')
+    with pytest.raises(KitError, match=f"{pinned.INDEX}: not UTF-8 text"):
+        pinned.pinned_trajectory(TINY, pins)
+
+
+def test_every_pinned_file_is_hashed_against_the_index(folder: tuple[Path, Path],
+                                                       tmp_path: Path) -> None:
+    """``pinned_problems`` (run by verify) hashes each listed file, whether or not the
+    study reads it, and refuses a trajectory file the index does not list."""
+    assert pinned.pinned_problems() == []
+    pins = _copy(folder[0], tmp_path / "pins")
+    assert pinned.pinned_problems(pins) == []
+    path = pins / pinned.file_name(HELD[0])
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    path.write_bytes(bytes(raw))
+    (pins / "cylinder-extra.npz").write_bytes(b"")
+    index = pins / pinned.INDEX
+    listed = json.loads(index.read_text())["trajectories"][path.name]["sha256"]
+    assert pinned.pinned_problems(pins) == [
+        f"{path}: sha256 {sha256_file(path)} differs from {index} ({listed}); restore it "
+        "from git",
+        f"{pins / 'cylinder-extra.npz'}: a trajectory file {index} does not list; remove it, "
+        "or pin it with kit.sciml.pinned.pin"]
+    path.unlink()
+    assert f"{path}: listed in {index} but missing" in pinned.pinned_problems(pins)[0]
+    index.write_text("[]")
+    assert pinned.pinned_problems(pins) == [
+        f"{index}: not a trajectory index (a 'trajectories' mapping of file name to its flow "
+        "and sha256); restore it from git"]
 
 
 def test_compare_reports_each_array() -> None:

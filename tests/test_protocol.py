@@ -63,3 +63,42 @@ def test_unknown_keys_are_refused(tmp_path: Path) -> None:
     protocol["tuned_on_heldout"] = True
     with pytest.raises(ConfigError, match="Additional properties are not allowed"):
         load_protocol(_write(tmp_path, protocol))
+
+
+def test_a_yaml_alias_bomb_in_a_protocol_is_refused_at_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A user's ``--protocol`` file holding a 'billion laughs' (9**9 scalars from a few
+    hundred bytes) is refused before the schema walks it; so is any alias at all."""
+    import time
+
+    from kit.__main__ import main
+    from kit.errors import FileFormatError
+    from tests.test_files import billion_laughs
+
+    path = tmp_path / "bomb.yaml"
+    path.write_text(PROTOCOL.read_text() + billion_laughs())
+    start = time.monotonic()
+    with pytest.raises(FileFormatError, match=r"bomb\.yaml: a YAML alias \(\*\) repeats the "
+                                              r"anchored \(&\) node at line \d+"):
+        load_protocol(path)
+    assert main(["verify", "--replay", "--protocol", str(path)]) == 2
+    assert capsys.readouterr().err.startswith(f"kit: error: {path}: a YAML alias")
+    assert time.monotonic() - start < 10
+    flat = tmp_path / "flat.yaml"
+    text = PROTOCOL.read_text()
+    protocol = yaml.safe_load(text)
+    grids = protocol["faults"]["severity_grids"]
+    grids["noise"] = grids["scale"]  # yaml.safe_dump writes the shared list as an alias
+    flat.write_text(yaml.safe_dump(protocol))
+    assert "*id001" in flat.read_text()
+    with pytest.raises(FileFormatError, match="anchors and aliases are refused"):
+        load_protocol(flat)
+
+
+def test_a_protocol_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
+    from kit.errors import FileFormatError
+
+    path = tmp_path / "p.yaml"
+    path.write_bytes(PROTOCOL.read_bytes().replace(b"bilinear", b"bil\xefnear", 1))
+    with pytest.raises(FileFormatError, match=r"p\.yaml: not UTF-8 text \(byte 0xef"):
+        load_protocol(path)

@@ -9,8 +9,9 @@ import pytest
 
 from kit.backends import run_jobs
 from kit.errors import ConfigError
-from kit.runtimes import ROOT, load_runtimes
-from kit.venvs import lock_requirements
+from kit.locks import lock_requirements
+from kit.paths import ROOT
+from kit.runtimes import load_runtimes
 from kit.worker import meta_path
 from tests.conftest import job
 
@@ -55,6 +56,9 @@ def test_malformed_config_names_the_file(tmp_path: Path) -> None:
     config = tmp_path / "runtimes.toml"
     config.write_text('[ref]\nlock = "locks/ref.lock"\n')
     with pytest.raises(ConfigError, match=r"runtimes\.toml: runtime 'ref' lacks"):
+        load_runtimes(config)
+    config.write_bytes(b'[ref]\nlock = "\xff"\n')
+    with pytest.raises(ConfigError, match=r"cannot read the runtime configurations.*utf-8"):
         load_runtimes(config)
     config.write_text("[ref\n")
     with pytest.raises(ConfigError, match="cannot read the runtime configurations"):

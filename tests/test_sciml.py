@@ -134,7 +134,8 @@ def test_statistics_against_known_values() -> None:
     assert lo < x.mean() < hi
 
 
-def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
+def test_sciml_run_on_a_tiny_configuration(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
     import json
     import sys
 
@@ -223,6 +224,11 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path) -> None:
     floor = json.loads((tmp_path / "operator_floor.json").read_text())
     assert {r["decision"] for r in floor["gate_per_resolution"]} == {"deferred"}
     assert check_manifest(tmp_path) == []
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("sciml:")]
+    assert [line.split(":")[1] for line in said if ": step" in line and "done" not in line] \
+        == [f" step {n}/5" for n in range(1, 6)]
+    assert said[-1].startswith("sciml: 5 steps in ")
+    assert said[-1].endswith(f"; evidence in {tmp_path}")
     recomputed_claims_agree_with_the_run(tmp_path, fno, pinn)
 
 
@@ -284,3 +290,45 @@ def test_an_fno_checkpoint_reloads_weights_only(tmp_path: Path) -> None:
     model.load_state_dict(state["model"])
     path.write_bytes(b"not a checkpoint")
     assert checkpoints.load(path) is None
+
+
+def test_an_mr_card_with_a_yaml_alias_or_a_bad_byte_is_refused(tmp_path: Path) -> None:
+    from kit.errors import FileFormatError
+    from tests.test_files import billion_laughs
+
+    text = (CARDS / "fno-periodic-translation.yaml").read_text()
+    path = tmp_path / "fno-periodic-translation.yaml"
+    path.write_text(text + billion_laughs())
+    with pytest.raises(FileFormatError, match=r"translation\.yaml: a YAML alias \(\*\)"):
+        load_card(path)
+    path.write_bytes(text.encode() + b"\n# \xff\n")
+    with pytest.raises(FileFormatError, match=r"translation\.yaml: not UTF-8 text \(byte 0xff"):
+        load_card(path)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--resimulat"], "unrecognized arguments: --resimulat"),
+    (["--resimulate", "--deepmind", "x"], "not allowed with argument"),
+])
+def test_the_sciml_command_refuses_unknown_options_before_any_work(
+        args: list[str], says: str, tmp_path: Path) -> None:
+    """argparse in the library: a mistyped option exits 2 at once, not after the study."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "kit", "sciml", "--run", str(tmp_path / "r"),
+                           *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert says in proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_sciml_command_checks_a_deepmind_folder_before_building_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kit.__main__ import main
+
+    assert main(["sciml", "--run", str(tmp_path / "r"), "--deepmind", str(tmp_path / "none")]
+                ) == 2
+    assert capsys.readouterr().err.startswith(
+        f"kit: error: {tmp_path / 'none' / 'meta.json'}: cannot read the dataset description")

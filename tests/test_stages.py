@@ -176,60 +176,32 @@ def test_stage_before_fetch_is_refused(tmp_path: Path) -> None:
 def test_cifar100_fetch_from_a_mirror_of_small_files(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The real cifar100 path (mirror, hash pins, restricted unpickler, strict state_dict
-    load, export) on a 100-image archive and random state_dicts the test writes."""
-    import io
-    import pickle
-    import tarfile
-
-    import torch
-
-    from kit import cifar
-    from kit.assets import Asset
-    from kit.models import build_model
+    load, export) on a 100-image archive and random state_dicts the test writes, pinned by
+    a pins file (``--asset-pins``)."""
+    from kit.assets import load_pins
     from kit.stages import fetch as fetch_stage
+    from tests.cifar_synth import FILE_NAMES, write_assets
 
     mirror = tmp_path / "mirror"
-    mirror.mkdir()
-    rng = np.random.default_rng(0)
-    members = {
-        "cifar-100-python/test": pickle.dumps({
-            b"data": rng.integers(0, 256, (100, 3072), dtype=np.uint8),
-            b"fine_labels": list(range(100))}, protocol=2),
-        "cifar-100-python/meta": pickle.dumps(
-            {b"fine_label_names": [f"c{i}".encode() for i in range(100)]}, protocol=2)}
-    archive = mirror / "cifar-100-python.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    sha = lambda b: hashlib.sha256(b).hexdigest()  # noqa: E731
-    monkeypatch.setattr(cifar, "CIFAR100_MEMBERS", {k: sha(v) for k, v in members.items()})
-    monkeypatch.setattr(fetch_stage, "CIFAR100",
-                        Asset(archive.name, "http://unused", sha256=sha(archive.read_bytes())))
-    checkpoints = {}
-    for name in ("resnet20", "mobilenetv2_x0_5", "vgg11_bn"):
-        path = mirror / f"{name}.pt"
-        torch.manual_seed(1)
-        torch.save(build_model(name, 100).state_dict(), path)
-        checkpoints[name] = Asset(path.name, "http://unused",
-                                  sha256_prefix=sha(path.read_bytes())[:8])
-    monkeypatch.setattr(fetch_stage, "CHECKPOINTS", checkpoints)
+    pins = write_assets(mirror, per_class=1, models=("resnet20", "vgg11_bn"))
+    sha = lambda p: hashlib.sha256(p.read_bytes()).hexdigest()  # noqa: E731
     monkeypatch.setenv("KIT_CACHE", str(tmp_path / "cache"))
     protocol = yaml.safe_load(PROTOCOL.read_text())
     protocol["models"] = ["resnet20", "vgg11_bn"]
-    record = fetch_stage.run_fetch(protocol, Run(tmp_path / "run"), "cifar100", mirror)
+    record = fetch_stage.run_fetch(protocol, Run(tmp_path / "run"), "cifar100", mirror, pins)
     assert record["classes"] == 100
     assert record["images"] == 100
     assert record["models"]["vgg11_bn"]["sketch_outputs"] == 8
     assert record["models"]["resnet20"]["source"]["sha256"] == sha(
-        (mirror / "resnet20.pt").read_bytes())
+        mirror / FILE_NAMES["resnet20"])
     assert check_manifest(tmp_path / "run") == []
 
-    (mirror / "vgg11_bn.pt").write_bytes(b"tampered")
-    (tmp_path / "cache" / "assets" / "vgg11_bn.pt").unlink()
-    with pytest.raises(KitError, match=r"vgg11_bn\.pt\.part: sha256 .* does not start with"):
-        fetch_stage.run_fetch(protocol, Run(tmp_path / "run2"), "cifar100", mirror)
+    vgg = FILE_NAMES["vgg11_bn"]
+    (mirror / vgg).write_bytes(b"tampered")
+    (load_pins(pins).store(tmp_path / "cache" / "assets") / vgg).unlink()
+    with pytest.raises(KitError, match=rf"mirror/{vgg.replace('.', '[.]')}: sha256 .* does not "
+                                       "match the pin"):
+        fetch_stage.run_fetch(protocol, Run(tmp_path / "run2"), "cifar100", mirror, pins)
 
 
 def test_fetch_record_is_identical_when_training_comes_from_the_cache(
@@ -240,3 +212,119 @@ def test_fetch_record_is_identical_when_training_comes_from_the_cache(
     run_stage("fetch", run_dir=run.root, protocol_file=protocol_file)  # cached training
     assert (run.stage("fetch") / "fetch.json").read_bytes() == before
     assert digests(run.stage("fetch") / "models") == models
+
+
+@pytest.mark.parametrize("command", [["stage", "split"], ["reproduce"],
+                                     ["verify", "--replay", "--small"]])
+def test_a_run_folder_that_is_a_file_is_refused_at_the_boundary(
+        command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kit.__main__ import main
+
+    path = tmp_path / "not-a-folder"
+    path.write_text("x")
+    assert main([*command, "--run", str(path)]) == 2
+    assert capsys.readouterr().err == (f"kit: error: {path}: is a file, not a run folder; "
+                                       "pass --run a folder (it is made when missing)\n")
+    assert main([*command, "--run", str(path / "run")]) == 2
+    assert f"{path / 'run'}: lies under {path}, a file" in capsys.readouterr().err
+    assert path.read_text() == "x"
+
+
+@pytest.mark.parametrize(("damage", "what"), [
+    (b'{"substrate": "dig', "not valid JSON (Unterminated string"),
+    (b"\xff\xfe{}", "not UTF-8 text (byte 0xff at offset 0, line 1)"),
+    (b"[1, 2]", "not a JSON object")])
+def test_a_damaged_stage_record_names_the_file_and_the_fix(
+        damage: bytes, what: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kit.__main__ import main
+    from tests.conftest import tiny_protocol
+
+    root = tmp_path / "run"
+    record = root / "fetch" / "fetch.json"
+    record.parent.mkdir(parents=True)
+    record.write_bytes(damage)
+    assert main(["stage", "split", "--run", str(root), "--protocol",
+                 str(tiny_protocol(tmp_path))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kit: error: {record}: {what}")
+    assert err.endswith(f"; delete the stage folder {root / 'fetch'} and rerun the stage "
+                        f"(python -m kit stage fetch --run {root}, with the run's "
+                        "--protocol)\n")
+
+
+def test_a_stage_that_fails_leaves_no_record_of_an_earlier_finish(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stage's record marks a finished stage: it goes when the stage starts, so a stage
+    killed or failing half way is not taken for finished by a later stage or a replay."""
+    from kit.stages import pipeline
+    from tests.conftest import tiny_protocol
+
+    protocol = tiny_protocol(tmp_path)
+    run = Run(tmp_path / "run")
+    run.stage("fetch").mkdir(parents=True)
+    (run.stage("fetch") / "fetch.json").write_text('{"substrate": "digits"}')
+    (run.stage("split")).mkdir()
+    (run.stage("split") / "split.json").write_text('{"rows": []}')
+
+    def half_way(protocol: dict[str, object], run: Run) -> dict[str, object]:
+        raise KitError("killed half way")
+
+    monkeypatch.setattr(pipeline, "run_split", half_way)
+    with pytest.raises(KitError, match="killed half way"):
+        run_stage("split", run_dir=run.root, protocol_file=protocol)
+    assert not (run.stage("split") / "split.json").exists()
+    assert (run.stage("fetch") / "fetch.json").is_file()
+    with pytest.raises(KitError, match="stage 'split' has not run"):
+        run_stage("fault", run_dir=run.root, protocol_file=protocol)
+    assert not pipeline.finished(run)
+
+
+def test_the_lock_and_the_run_state_stay_outside_the_manifest(
+        tiny_run: tuple[Run, Path]) -> None:
+    run, _ = tiny_run
+    from kit.stages.pipeline import finished
+
+    listed = json.loads((run.root / "manifest.json").read_text())["files"]
+    assert (run.root / ".lock").is_file()
+    assert (run.root / ".lock").read_text() == ""  # no holder now
+    assert set(json.loads((run.root / "run.json").read_text())) == {"protocol_sha256"}
+    assert ".lock" not in listed
+    assert "run.json" not in listed
+    assert finished(run)
+
+
+def test_a_damaged_result_array_of_an_earlier_stage_names_the_file(
+        tiny_run: tuple[Run, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stage reads the arrays earlier stages wrote through kit.files: a damaged one is
+    ``kit: error: FILE: not a readable .npz archive``, exit 2, not the worker's JobError."""
+    import shutil
+
+    from kit.__main__ import main
+
+    run, protocol = tiny_run
+    root = tmp_path / "run"
+    shutil.copytree(run.root, root)
+    damaged = root / "split" / "inputs" / "orig.npz"
+    damaged.write_bytes(damaged.read_bytes()[:200])
+    assert main(["stage", "fault", "--run", str(root), "--protocol", str(protocol),
+                 "--backend", "venv"]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"kit: error: {damaged}: not a readable .npz archive")
+
+
+def test_no_hash_of_the_kit_s_code_is_in_the_hashed_fetch_record(
+        tiny_run: tuple[Run, Path]) -> None:
+    """The training-cache key hashes kit/train.py and kit/models.py: it lives in the
+    unhashed training-cache.json, so moving or editing code leaves the evidence unchanged."""
+    from kit.stages.common import TRAINING_CACHE
+
+    run, _ = tiny_run
+    fetch = run.record("fetch")
+    cache = json.loads((run.root / TRAINING_CACHE).read_text())["models"]
+    assert sorted(cache) == sorted(fetch["models"])
+    for name, model in fetch["models"].items():
+        assert "cache_key" not in model["source"]
+        assert len(cache[name]["cache_key"]) == 64
+        assert cache[name]["cached"] in (True, False)
+    assert TRAINING_CACHE not in json.loads((run.root / "manifest.json").read_text())["files"]
+

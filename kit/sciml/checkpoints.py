@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kit.venvs import cache_dir
+from kit.paths import cache_dir
 from kit.worker import write_atomic
 
 

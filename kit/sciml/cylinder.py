@@ -18,9 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from kit.files import load_npz
 from kit.sciml.checkpoints import cached_path, content_key
 from kit.sciml.meshes import HEIGHT, LENGTH, Mesh, cylinder_mesh
-from kit.worker import read_npz, write_npz
+from kit.worker import write_npz
 
 Array = np.ndarray[Any, Any]
 
@@ -105,7 +106,7 @@ def trajectory(flow: Flow, cache: Path | None = None) -> dict[str, Array]:
     """One trajectory on the cylinder mesh (cached)."""
     path = cached_path("cylinder", content_key(flow, (Path(__file__),)), cache, ".npz")
     if path.is_file():
-        return read_npz(path)
+        return load_npz(path)
     mesh = cylinder_mesh(flow.centre, flow.radius)
     found = to_mesh(simulate_grid(flow), flow, mesh)
     write_npz(path, {k: np.ascontiguousarray(v) for k, v in found.items()})

@@ -29,8 +29,8 @@ DTYPES = {"float32": np.float32, "int32": np.int32, "int64": np.int64}
 def read_meta(folder: Path) -> dict[str, Any]:
     path = folder / "meta.json"
     try:
-        meta = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: JSON and UTF-8 decoding errors
         raise KitError(f"{path}: cannot read the dataset description ({exc})") from exc
     for key in ("field_names", "features", "trajectory_length"):
         if key not in meta:

@@ -6,14 +6,12 @@ deferred relation is recorded as a decision, never executed as if it were admitt
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
+from kit import schema
 from kit.errors import KitError
 from kit.sciml.gate import Decision
 from kit.sciml.verdicts import VERDICTS, Verdict
@@ -58,8 +56,6 @@ class Ledger:
     def write(self, path: Path) -> Path:
         """Validate against the schema, then write canonical JSON atomically."""
         record = self.as_dict()
-        errors = list(Draft202012Validator(json.loads(SCHEMA.read_text())).iter_errors(record))
-        if errors:
-            raise KitError(f"{path}: verdict ledger fails its schema: {errors[0].message}")
+        schema.check(record, SCHEMA.name, path)
         write_atomic(path, canonical_json(record))
         return path

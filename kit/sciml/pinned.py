@@ -16,7 +16,9 @@ pinned ones (``compare``).
 
 The index ``trajectories.json`` names, for each file, the ``Flow`` that produced it, its
 sha256 and the solver versions. ``pin`` writes files and index (maintainers, after a
-change to the simulation)."""
+change to the simulation). ``pinned_problems`` hashes every file the index lists (verify
+runs it): the index is what the shipped MeshGraphNet evidence names, so its files must be
+the ones it lists whatever the manifests say."""
 
 from __future__ import annotations
 
@@ -29,15 +31,17 @@ from typing import Any
 import numpy as np
 
 from kit.errors import KitError
-from kit.runtimes import ROOT
+from kit.files import load_npz, read_json, sha256
+from kit.paths import ROOT
 from kit.sciml.checkpoints import content_key
 from kit.sciml.cylinder import Flow, trajectory
-from kit.worker import canonical_json, read_npz, sha256_file, write_atomic, write_npz
+from kit.worker import canonical_json, sha256_file, write_atomic, write_npz
 
 Array = np.ndarray[Any, Any]
 
 PINNED = ROOT / "claims" / "sciml" / "trajectories"
 INDEX = "trajectories.json"
+RESTORE = "restore it from git"
 
 
 def file_name(flow: Flow) -> str:
@@ -50,14 +54,43 @@ def read_index(folder: Path = PINNED) -> dict[str, Any]:
     path = folder / INDEX
     if not path.is_file():
         return {"trajectories": {}}
+    index = read_json(path, RESTORE)
+    entries = index.get("trajectories") if isinstance(index, dict) else None
+    if not isinstance(entries, dict) or not all(
+            isinstance(e, dict) and isinstance(e.get("sha256"), str) for e in entries.values()):
+        raise KitError(f"{path}: not a trajectory index (a 'trajectories' mapping of file "
+                       f"name to its flow and sha256); {RESTORE}")
+    return index  # type: ignore[no-any-return]
+
+
+def pinned_problems(folder: Path = PINNED) -> list[str]:
+    """Problems with the pinned files (empty when each file the index lists is there with
+    the sha256 it lists, and no other trajectory file is)."""
     try:
-        index: dict[str, Any] = json.loads(path.read_text())
-        entries = index["trajectories"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise KitError(f"{path}: not a trajectory index ({exc}); restore it from git") from exc
-    if not isinstance(entries, dict):
-        raise KitError(f"{path}: 'trajectories' is not a mapping; restore it from git")
-    return index
+        entries: dict[str, Any] = read_index(folder)["trajectories"]
+    except KitError as exc:
+        return [str(exc)]
+    problems = []
+    for name, entry in sorted(entries.items()):
+        path = folder / name
+        if Path(name).name != name or not name.endswith(".npz"):
+            problems.append(f"{folder / INDEX}: entry {name!r} is not a trajectory file name; "
+                            f"{RESTORE}")
+        elif not path.is_file():
+            problems.append(f"{path}: listed in {folder / INDEX} but missing; {RESTORE}")
+        else:
+            try:
+                digest = sha256(path, RESTORE)
+            except KitError as exc:
+                problems.append(str(exc))
+                continue
+            if digest != entry["sha256"]:
+                problems.append(f"{path}: sha256 {digest} differs from {folder / INDEX} "
+                                f"({entry['sha256']}); {RESTORE}")
+    unlisted = sorted(p.name for p in folder.glob("*.npz") if p.name not in entries)
+    problems += [f"{folder / name}: a trajectory file {folder / INDEX} does not list; remove "
+                 "it, or pin it with kit.sciml.pinned.pin" for name in unlisted]
+    return problems
 
 
 def pinned_trajectory(flow: Flow, folder: Path = PINNED) -> tuple[dict[str, Array], str] | None:
@@ -72,12 +105,12 @@ def pinned_trajectory(flow: Flow, folder: Path = PINNED) -> tuple[dict[str, Arra
         raise KitError(f"{folder / INDEX}: entry {name} is for flow {entry.get('flow')}, "
                        f"not {asdict(flow)}; re-pin with kit.sciml.pinned.pin")
     if not path.is_file():
-        raise KitError(f"{path}: listed in {folder / INDEX} but missing; restore it from git")
-    digest = sha256_file(path)
+        raise KitError(f"{path}: listed in {folder / INDEX} but missing; {RESTORE}")
+    digest = sha256(path, RESTORE)
     if digest != entry.get("sha256"):
         raise KitError(f"{path}: sha256 {digest} differs from {folder / INDEX} "
-                       f"({entry.get('sha256')}); restore it from git")
-    return read_npz(path), digest
+                       f"({entry.get('sha256')}); {RESTORE}")
+    return load_npz(path, RESTORE), digest
 
 
 def pin(flows: tuple[Flow, ...], folder: Path = PINNED, cache: Path | None = None) -> Path:

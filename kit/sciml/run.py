@@ -15,6 +15,7 @@ complete the 60-entry unified catalogue.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +36,39 @@ from kit.sciml.pinn_study import run_pinn
 from kit.sciml.probes import reference_check, run_fno_probes, run_pinn_probes, unified_catalogue
 from kit.sciml.second_task import Airfoil
 from kit.sciml.verdicts import judge
-from kit.stages.common import write_manifest
+from kit.stages.common import say, write_manifest
 from kit.worker import canonical_json, write_atomic
 
 ABSOLUTE_TOLERANCE = 0.05  # |div u| tolerance in the field's units, ~0.5% of |grad u| ~ pi^2
 NOTE = ("The paper's subjects were trained on public data out of reach here; the kit "
         "measures its own operators and (as they land) trains its own surrogates on data it "
         "generates, with the same cards, gate and verdict rules.")
+
+
+class Steps:
+    """The study's progress on stderr, as the drift stages give theirs: step n of N, what
+    it trains or evaluates, and the wall time of each step (a cold run trains for most of
+    an hour)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done = total, 0
+        self.begun = self.last = time.monotonic()
+
+    def _close(self) -> None:
+        if self.done:
+            say(f"sciml: step {self.done}/{self.total} done in "
+                f"{time.monotonic() - self.last:.0f} s")
+
+    def start(self, what: str) -> None:
+        self._close()
+        self.done += 1
+        self.last = time.monotonic()
+        say(f"sciml: step {self.done}/{self.total}: {what}")
+
+    def finish(self, out: Path) -> None:
+        self._close()
+        say(f"sciml: {self.total} steps in {time.monotonic() - self.begun:.0f} s; evidence in "
+            f"{out}")
 
 
 def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
@@ -57,6 +84,9 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
     if mgn_source is not None:
         read_meta(mgn_source)  # a bad folder fails before hours of work, naming the file
     cards = load_cards()
+    steps = Steps(5)
+    steps.start(f"operator floor over {len(refinements)} refinements and the finite-volume "
+                f"balance on {fv_cells} cells")
     floor = sweep(refinements)
     balance = finite_volume_balance(fv_cells)
     ledger = Ledger(NOTE)
@@ -85,15 +115,22 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
     ledger.add(judge(fv["id"], f"grid-{fv_cells}", balance["imbalance"], tolerance,
                      floor=balance["floor"]))
 
+    steps.start(f"FNO subjects (train or load from {cache or 'the cache'}: {fno_seeds} seeds "
+                f"per PDE, admission roster of {fno_roster})")
     fno_record = run_fno(ledger, cards, fno_seeds, fno_roster, fno_recipe, cache)
 
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "fno.json", canonical_json(fno_record))
+    steps.start(f"PINN subjects (train or load: roster of {pinn_roster})")
     pinn_record = run_pinn(ledger, cards, pinn_roster, pinn_recipe, cache)
     write_atomic(out / "pinn.json", canonical_json(pinn_record))
+    steps.start(f"MeshGraphNet study (roster of {mgn_roster}, {mgn_permutations} permutation "
+                f"seeds, fault catalogue, second task"
+                f"{', PhysicsNeMo' if physicsnemo is not None else ', without PhysicsNeMo'})")
     records = run_mgn(ledger, cards, mgn_roster, mgn_permutations, mgn_flow, mgn_subject,
                       cache, airfoil, mgn_heldout, mgn_pointmlp, physicsnemo,
                       physicsnemo_backend, mgn_source, mgn_resimulate)
+    steps.start("closed-form PINN and FNO probes and the unified catalogue")
     records["unified.json"] = {
         **unified_catalogue(records["mgn_faults.json"],
                             run_pinn_probes(pinn_roster, pinn_recipe, cache),
@@ -107,4 +144,30 @@ def run_sciml(out: Path, refinements: range = range(1, 10), fv_cells: int = 256,
     write_atomic(out / "fv_balance.json", canonical_json(balance))
     ledger.write(out / "ledger.json")
     write_manifest(out)
+    steps.finish(out)
     return ledger.as_dict()
+
+
+def default_folder(resimulate: bool, deepmind: Path | None) -> str:
+    """The run folder's name under ``runs/`` for the trajectories the study reads."""
+    return "sciml-deepmind" if deepmind else "sciml-resimulated" if resimulate else "sciml"
+
+
+def run_command(run: Path | None = None, without_physicsnemo: bool = False,
+                resimulate: bool = False, deepmind: Path | None = None) -> Path:
+    """``python -m kit sciml``: build the PhysicsNeMo environment unless left out, then the
+    whole study into ``run`` (default ``runs/<default_folder>``); returns the folder."""
+    from kit.paths import ROOT
+    from kit.stages.runlock import hold
+    from kit.venvs import ensure_physicsnemo
+
+    out = run or ROOT / "runs" / default_folder(resimulate, deepmind)
+    with hold(out) as folder:
+        if deepmind is not None:
+            read_meta(deepmind)  # before building anything: a bad folder fails at once
+        physicsnemo = None if without_physicsnemo else ensure_physicsnemo()
+        run_sciml(folder, physicsnemo=physicsnemo,
+                  mgn_source=None if deepmind is None else deepmind.resolve(),
+                  mgn_resimulate=resimulate)
+    return folder
+

@@ -15,9 +15,10 @@ import numpy as np
 
 from kit import bootstrap as engine
 from kit.evidence import read_table
+from kit.files import load_npz
 from kit.stages.common import Run, say
 from kit.stages.score import table_name
-from kit.worker import canonical_json, read_npz, sha256_file, write_atomic, write_npz
+from kit.worker import canonical_json, sha256_file, write_atomic, write_npz
 
 Array = np.ndarray[Any, Any]
 
@@ -72,7 +73,7 @@ def run_bootstrap(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
     record = run.record("score")
     name = table_name("cand", record["primary_condition"])
     table = read_table(run.root / record["tables"][name]["path"], record["tables"][name])
-    layers = read_npz(run.root / record["layers"]["path"])
+    layers = load_npz(run.root / record["layers"]["path"])
     summary, arrays = compute(protocol, table, layers, record["codes"]["models"],
                               images_of_role(run, "calibration"), images_of_role(run, "heldout"))
     out = run.stage("bootstrap")

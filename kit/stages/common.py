@@ -10,27 +10,42 @@ manifest (sha256 of every file), and progress lines for long stages.
     <run>/manifest.json
 
 Not hashed (run metadata, not results): ``<run>/timings.json`` (wall time per stage),
-``<run>/replay.json`` (the last replay's comparison) and
-``<run>/report/`` (tables, figures and the HTML page, which show the timings and the
-machine), so a replay compares results only.
+``<run>/machine.json`` (the machine fingerprint of the last stage run),
+``<run>/replay.json`` (the last replay's comparison), ``<run>/.lock`` (the pid of the
+command holding the folder), ``<run>/run.json`` (the sha256 of the protocol the folder was
+started with; ``kit/stages/runlock.py``), ``<run>/training-cache.json`` (the digits
+models' training-cache keys, which hash the training code, and whether each came from the
+cache), temporaries (``*.tmp``, removed when a command
+takes the folder) and ``<run>/report/`` (tables, figures and the HTML page, which show the
+timings and the machine), so a replay compares results only.
+
+A stage's record (``<stage>/<stage>.json``) is written last and removed when the stage
+starts, so it marks a stage that finished: a killed stage leaves none.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit.errors import KitError
-from kit.runtimes import ROOT
+from kit.errors import FileFormatError, KitError
+from kit.files import read_json
+from kit.paths import ROOT
 from kit.worker import canonical_json, sha256_file, write_atomic
 
 MANIFEST = "manifest.json"
 TIMINGS = "timings.json"
+MACHINE = "machine.json"
 REPLAY = "replay.json"
+LOCK = ".lock"
+RUN_STATE = "run.json"
+TRAINING_CACHE = "training-cache.json"  # the digits models' cache keys (code hashes)
+TEMPORARY = ".tmp"  # the suffix of every temporary name a writer renames into place
+# Run metadata beside the results, never inside the run manifest.
+UNHASHED = (MANIFEST, TIMINGS, MACHINE, REPLAY, LOCK, RUN_STATE, TRAINING_CACHE)
 UNHASHED_DIRS = ("report",)
 
 
@@ -43,17 +58,30 @@ class Run:
     def stage(self, name: str) -> Path:
         return self.root / name
 
+    def record_path(self, stage: str) -> Path:
+        return self.root / stage / f"{stage}.json"
+
     def record(self, stage: str) -> dict[str, Any]:
-        """A finished stage's record (``<stage>/<stage>.json``); KitError when absent."""
-        path = self.root / stage / f"{stage}.json"
+        """A finished stage's record (``<stage>/<stage>.json``); KitError when absent or
+        damaged."""
+        path = self.record_path(stage)
         if not path.is_file():
             raise KitError(f"{path}: stage {stage!r} has not run in {self.root}; run it first "
                            f"(nox -s {stage})")
-        return json.loads(path.read_text())  # type: ignore[no-any-return]
+        fix = (f"delete the stage folder {path.parent} and rerun the stage "
+               f"(python -m kit stage {stage} --run {self.root}, with the run's --protocol)")
+        record = read_json(path, fix)
+        if not isinstance(record, dict):
+            raise FileFormatError(f"{path}: not a JSON object; {fix}")
+        return record
+
+    def forget(self, stage: str) -> None:
+        """Remove a stage's record as the stage starts: until it finishes, it has not run."""
+        self.record_path(stage).unlink(missing_ok=True)
 
     def write_record(self, stage: str, record: dict[str, Any]) -> Path:
         """Write a stage record, then refresh the run manifest."""
-        path = self.root / stage / f"{stage}.json"
+        path = self.record_path(stage)
         write_atomic(path, canonical_json(record))
         write_manifest(self.root)
         return path
@@ -68,15 +96,20 @@ def hashed_files(root: Path) -> list[Path]:
     """Every result file of a run folder (sorted): not the manifest, the timings, the
     report or a temporary file."""
     return [path for path in sorted(root.rglob("*"))
-            if path.is_file() and not path.name.endswith(".tmp")
-            and path.relative_to(root).as_posix() not in (MANIFEST, TIMINGS, REPLAY)
+            if path.is_file() and not path.name.endswith(TEMPORARY)
+            and path.relative_to(root).as_posix() not in UNHASHED
             and path.relative_to(root).parts[0] not in UNHASHED_DIRS]
 
 
 def record_timing(run: Run, stage: str, seconds: float) -> None:
-    """Add one stage's wall time to the (unhashed) timings file."""
+    """Add one stage's wall time to the (unhashed) timings file, and write the machine
+    fingerprint beside it (byte identity holds per machine, so a run says which one)."""
+    from kit.machine import fingerprint
+
+    write_atomic(run.root / MACHINE, canonical_json(fingerprint()))
     path = run.root / TIMINGS
-    timings = json.loads(path.read_text()) if path.is_file() else {}
+    timings = read_json(path, f"delete {path} (wall times only)") if path.is_file() else {}
+    timings = timings if isinstance(timings, dict) else {}
     timings[stage] = round(seconds, 1)
     write_atomic(path, canonical_json(timings))
 
@@ -94,7 +127,11 @@ def check_manifest(root: Path) -> list[str]:
     path = root / MANIFEST
     if not path.is_file():
         return [f"{path}: no run manifest"]
-    listed = json.loads(path.read_text())["files"]
+    fix = f"delete {path} and rerun the last stage"
+    manifest = read_json(path, fix)
+    listed = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(listed, dict):
+        return [f"{path}: no 'files' mapping; {fix}"]
     present = {p.relative_to(root).as_posix() for p in hashed_files(root)}
     problems = [f"{root / name}: listed but missing" for name in sorted(set(listed) - present)]
     problems += [f"{root / name}: present but not listed" for name in sorted(present - set(listed))]

@@ -23,13 +23,13 @@ import onnx
 from kit.backends import run_jobs
 from kit.calibrate import threshold
 from kit.detectors import direct_l2
+from kit.evidence import POSITIONS
 from kit.faults import conv_layers, inject
+from kit.files import load_npz
 from kit.instrument import instrument
 from kit.runtimes import get_runtime
 from kit.stages.common import Progress, Run, say
-from kit.worker import canonical_json, read_npz, write_atomic, write_npz
-
-POSITIONS = ("early", "middle", "late")
+from kit.worker import canonical_json, write_atomic, write_npz
 
 
 def layer_indices(n_convs: int) -> dict[str, int]:
@@ -61,7 +61,7 @@ def choose(medians: list[float], limit: float, step: int) -> tuple[int, int, str
 def _calibration_inputs(run: Run) -> Path:
     split = run.record("split")
     cal = [row["position"] for row in split["rows"] if row["role"] == "calibration"]
-    source = read_npz(run.stage("split") / "inputs" / "orig.npz")["input"]
+    source = load_npz(run.stage("split") / "inputs" / "orig.npz")["input"]
     target = run.stage("fault") / "probe" / "calibration.npz"
     write_npz(target, {"input": source[np.asarray(cal)]})
     return target
@@ -89,8 +89,8 @@ def run_fault(protocol: dict[str, Any], run: Run, backend: str | None = None
     progress = Progress("fault: models", len(protocol["models"]))
     for mi, name in enumerate(protocol["models"]):
         plain = run.root / fetched["models"][name]["onnx"]
-        r_clean = read_npz(probe / "ref" / name / "clean.npz")["logits"]
-        c_clean = read_npz(probe / "cand" / name / "clean.npz")["logits"]
+        r_clean = load_npz(probe / "ref" / name / "clean.npz")["logits"]
+        c_clean = load_npz(probe / "cand" / name / "clean.npz")["logits"]
         limit = threshold(direct_l2(c_clean, r_clean), protocol["calibration"]["quantile"])
         layers = conv_layers(onnx.load(str(plain)))
         where = layer_indices(len(layers))
@@ -109,7 +109,7 @@ def run_fault(protocol: dict[str, Any], run: Run, backend: str | None = None
         for position in POSITIONS:
             for family in families:
                 rows = [p for p in probes if p[0] == position and p[1] == family]
-                medians = [float(np.median(direct_l2(read_npz(
+                medians = [float(np.median(direct_l2(load_npz(
                     probe / "cand" / name / f"{position}-{family}-{gi}.npz")["logits"],
                     r_clean))) for _, _, gi, _, _ in rows]
                 low, high, note = choose(medians, limit, step)

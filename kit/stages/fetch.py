@@ -5,7 +5,9 @@
   sample (kit/train.py, cached by content hash); normalisation from that training pool.
 - ``cifar100``: the pinned archive and checkpoints, from the network or ``--assets DIR``,
   each hash-checked before use; the test split decoded by the restricted unpickler; the
-  state_dicts loaded strictly into the kit's own architectures.
+  state_dicts loaded strictly into the kit's own architectures. The pins are
+  ``kit/assets.py``'s unless a pins file (``--asset-pins FILE``) replaces them; the record
+  says which (``asset_pins``).
 
 Each model is exported twice: the plain graph (logits) and an instrumented copy with one
 activation sketch per convolution (kit/instrument.py).
@@ -18,22 +20,22 @@ from typing import Any
 
 import numpy as np
 
-from kit.assets import CHECKPOINTS, CIFAR100
+from kit.assets import Pins, check_mirror, load_pins
 from kit.assets import fetch as fetch_asset
 from kit.errors import KitError
 from kit.export import export_onnx
 from kit.instrument import instrument
 from kit.models import load_checkpoint
-from kit.stages.common import Progress, Run
-from kit.venvs import cache_dir
-from kit.worker import sha256_file, write_npz
+from kit.paths import cache_dir
+from kit.stages.common import TRAINING_CACHE, Progress, Run
+from kit.worker import canonical_json, sha256_file, write_atomic, write_npz
 
 SUBSTRATES = ("digits", "cifar100")
 # images, labels, normalisation mean, std, and per model (weights file, its provenance)
 Loaded = tuple[Any, Any, list[float], list[float], dict[str, tuple[Path, dict[str, Any]]]]
 
 
-def _digits(protocol: dict[str, Any]) -> Loaded:
+def _digits(protocol: dict[str, Any], run: Run) -> Loaded:
     from kit.digits import load_digits_rgb32
     from kit.split import round_robin_sample, training_pool
     from kit.train import Recipe, channel_stats, train_cached
@@ -45,47 +47,61 @@ def _digits(protocol: dict[str, Any]) -> Loaded:
     training = protocol["training"]
     knobs = {k: training[k] for k in ("batch_size", "max_lr", "momentum", "weight_decay",
                                       "rotate_degrees", "shift_pixels", "threads")}
-    weights = {}
+    weights, cache = {}, {}
     progress = Progress("fetch: training", len(protocol["models"]))
     for name in protocol["models"]:
         recipe = Recipe(name, epochs=training["epochs"][name], seed=protocol["seeds"]["training"],
                         **knobs)
         path, record, cached = train_cached(recipe, images[pool], labels[pool], 10,
                                             cache_dir() / "digits-models")
-        # Whether it came from the cache is run metadata, not evidence: it stays out of the
-        # hashed record so that a replay is byte-identical.
-        record = {**record, "weights": "trained by the kit"}
+        # The cache key hashes the training code's bytes, and whether the weights came
+        # from the cache depends on this machine's history: run metadata, not evidence, so
+        # that moving or editing the code leaves the hashed record (and a replay) unchanged.
+        cache[name] = {"cache_key": record["cache_key"], "cached": cached}
+        record = {**{k: v for k, v in record.items() if k != "cache_key"},
+                  "weights": "trained by the kit"}
         weights[name] = (path, record)
         progress.step(f"{name} ({'cached' if cached else 'trained'})")
+    write_atomic(run.root / TRAINING_CACHE, canonical_json({"models": cache}))
     return images, labels, mean, std, weights
 
 
-def _cifar100(protocol: dict[str, Any], run: Run, assets: Path | None) -> Loaded:
+def _cifar100(protocol: dict[str, Any], run: Run, assets: Path | None, pins: Pins) -> Loaded:
     from kit.cifar import load_cifar100_test
 
-    store = cache_dir() / "assets"
-    archive, archive_sha = fetch_asset(CIFAR100, store, assets)
-    images, labels, _ = load_cifar100_test(archive, run.stage("fetch") / "extracted")
+    store = pins.store(cache_dir() / "assets")
+    if assets is not None:  # every file the mirror lacks or holds wrongly, in one error
+        check_mirror([asset for asset in pins.assets(protocol["models"])
+                      if not (store / asset.name).exists()], assets)
+    archive, archive_sha = fetch_asset(pins.archive, store, assets)
+    images, labels, _ = load_cifar100_test(archive, run.stage("fetch") / "extracted",
+                                           pins.members)
     mean, std = (list(v) for v in protocol["substrates"]["cifar100"]["normalisation"])
     weights = {}
     for name in protocol["models"]:
-        path, sha = fetch_asset(CHECKPOINTS[name], store, assets)
+        checkpoint = pins.checkpoint(name)
+        path, sha = fetch_asset(checkpoint, store, assets)
         weights[name] = (path, {"weights": "chenyaofo checkpoint", "sha256": sha,
-                                "pin": f"sha256 prefix {CHECKPOINTS[name].sha256_prefix} "
-                                       "(trust on first use for the rest)",
-                                "archive_sha256": archive_sha})
+                                "pin": checkpoint.pin(), "archive_sha256": archive_sha})
     return images, labels, mean, std, weights
 
 
 def run_fetch(protocol: dict[str, Any], run: Run, substrate: str,
-              assets: Path | None = None) -> dict[str, Any]:
-    """Fetch or train, then export every model; returns the stage record."""
+              assets: Path | None = None, asset_pins: Path | None = None) -> dict[str, Any]:
+    """Fetch or train, then export every model; returns the stage record. ``asset_pins``
+    names a pins file that replaces ``kit/assets.py``'s pins (``cifar100`` only)."""
     if substrate not in SUBSTRATES:
         raise KitError(f"unknown substrate {substrate!r}; choose from {SUBSTRATES}")
+    pinned: dict[str, Any] = {}
     if substrate == "digits":
-        images, labels, mean, std, weights = _digits(protocol)
+        if asset_pins is not None:
+            raise KitError(f"{asset_pins}: asset pins apply to the cifar100 substrate only; "
+                           "digits fetches nothing")
+        images, labels, mean, std, weights = _digits(protocol, run)
     else:
-        images, labels, mean, std, weights = _cifar100(protocol, run, assets)
+        pins = load_pins(asset_pins)
+        pinned = {"asset_pins": pins.record()}
+        images, labels, mean, std, weights = _cifar100(protocol, run, assets, pins)
     classes = protocol["substrates"][substrate]["classes"]
     out = run.stage("fetch")
     write_npz(out / "dataset.npz", {"images": np.asarray(images, np.uint8),
@@ -102,6 +118,6 @@ def run_fetch(protocol: dict[str, Any], run: Run, substrate: str,
                         "onnx_sha256": sha256_file(plain), "sketch_outputs": len(sketches),
                         "weights_sha256": sha256_file(path), "source": record}
     result = {"substrate": substrate, "classes": classes, "mean": mean, "std": std,
-              "images": len(images), "models": models}
+              "images": len(images), "models": models, **pinned}
     run.write_record("fetch", result)
     return result

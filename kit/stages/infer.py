@@ -9,9 +9,10 @@ and the primary rotation (the factor analysis over the full fault matrix, beyond
 paper). One worker process per runtime for the whole stage.
 
 Resumable: a job is skipped when its output exists, hashes to what its ``.meta.json``
-records, and that record names the current model's and inputs' sha256. Outputs are
-written under temporary names and renamed, so an interrupted run leaves nothing that looks
-complete.
+records, and that record names the current model's and inputs' sha256 (a damaged record
+means the job runs again). Outputs are written under temporary names and renamed, so an
+interrupted run leaves nothing that looks complete; the next command in the run folder
+removes the temporaries (``kit/stages/runlock.py``).
 """
 
 from __future__ import annotations
@@ -70,7 +71,12 @@ def is_done(run: Run, job: dict[str, Any], hashes: dict[str, str]) -> bool:
     meta = meta_path(output)
     if not output.is_file() or not meta.is_file():
         return False
-    record = json.loads(meta.read_text())
+    try:  # a damaged record (the file edited, the disk failing) is a job to run again
+        record = json.loads(meta.read_bytes())
+    except ValueError:
+        return False
+    if not isinstance(record, dict):
+        return False
     for key, name in (("model_sha256", job["model"]), ("inputs_sha256", job["inputs"])):
         if name not in hashes:
             hashes[name] = sha256_file(run.root / name)

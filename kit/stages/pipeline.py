@@ -15,6 +15,7 @@ from kit.stages.fault import run_fault
 from kit.stages.fetch import run_fetch
 from kit.stages.infer import run_infer
 from kit.stages.report import run_report
+from kit.stages.runlock import check_protocol, hold
 from kit.stages.score import run_score
 from kit.stages.sensitivity import run_sensitivity
 from kit.stages.split import run_split
@@ -24,43 +25,57 @@ STAGES = ("fetch", "split", "fault", "infer", "score", "bootstrap", "sensitivity
 
 def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None = None,
               assets: Path | None = None, backend: str | None = None,
-              protocol_file: Path = PROTOCOL) -> dict[str, Any]:
-    """Run one stage; returns its record."""
+              protocol_file: Path = PROTOCOL, asset_pins: Path | None = None
+              ) -> dict[str, Any]:
+    """Run one stage holding the run folder (``runlock.hold``) under the protocol it was
+    started with; returns its record (``asset_pins``: fetch's pins file, if any)."""
+    if name not in STAGES:
+        raise KitError(f"unknown stage {name!r}; stages: {STAGES}")
     protocol = load_protocol(protocol_file)
     chosen = substrate or protocol["substrate_default"]
-    run = Run(run_dir) if run_dir else default_run(chosen)
-    run.root.mkdir(parents=True, exist_ok=True)
-    steps: dict[str, Callable[[], dict[str, Any]]] = {
-        "fetch": lambda: run_fetch(protocol, run, chosen, assets),
-        "split": lambda: run_split(protocol, run),
-        "fault": lambda: run_fault(protocol, run, backend),
-        "infer": lambda: run_infer(protocol, run, backend),
-        "score": lambda: run_score(protocol, run),
-        "bootstrap": lambda: run_bootstrap(protocol, run),
-        "sensitivity": lambda: run_sensitivity(protocol, run),
-        "report": lambda: run_report(protocol, run),
-    }
-    if name not in steps:
-        raise KitError(f"unknown stage {name!r}; stages: {STAGES}")
-    if name != "fetch" and run.record("fetch")["substrate"] != chosen:
-        raise KitError(f"{run.root}: fetched for substrate {run.record('fetch')['substrate']!r}, "
-                       f"not {chosen!r}; use another --run folder")
-    start = time.monotonic()
-    record = steps[name]()
-    elapsed = time.monotonic() - start
-    record_timing(run, name, elapsed)
-    say(f"{name}: done in {elapsed:.1f} s ({run.root})")
-    return record
+    with hold(run_dir or default_run(chosen).root) as root:
+        check_protocol(root, protocol, protocol_file)
+        run = Run(root)
+        steps: dict[str, Callable[[], dict[str, Any]]] = {
+            "fetch": lambda: run_fetch(protocol, run, chosen, assets, asset_pins),
+            "split": lambda: run_split(protocol, run),
+            "fault": lambda: run_fault(protocol, run, backend),
+            "infer": lambda: run_infer(protocol, run, backend),
+            "score": lambda: run_score(protocol, run),
+            "bootstrap": lambda: run_bootstrap(protocol, run),
+            "sensitivity": lambda: run_sensitivity(protocol, run),
+            "report": lambda: run_report(protocol, run),
+        }
+        if name != "fetch" and run.record("fetch")["substrate"] != chosen:
+            raise KitError(f"{run.root}: fetched for substrate "
+                           f"{run.record('fetch')['substrate']!r}, not {chosen!r}; use another "
+                           "--run folder")
+        run.forget(name)
+        start = time.monotonic()
+        record = steps[name]()
+        elapsed = time.monotonic() - start
+        record_timing(run, name, elapsed)
+        say(f"{name}: done in {elapsed:.1f} s ({run.root})")
+        return record
 
 
 def reproduce(stages: tuple[str, ...] = STAGES, **options: Any) -> Path:
-    """Every stage in order; returns the run folder after checking its manifest."""
-    for name in stages:
-        run_stage(name, **options)
+    """Every stage in order, holding the run folder throughout; returns the run folder
+    after checking its manifest."""
     protocol = load_protocol(options.get("protocol_file", PROTOCOL))
     run_dir = options.get("run_dir") or default_run(
         options.get("substrate") or protocol["substrate_default"]).root
-    problems = check_manifest(Path(run_dir))
+    with hold(Path(run_dir)):
+        for name in stages:
+            run_stage(name, **options)
+        problems = check_manifest(Path(run_dir))
     if problems:
         raise KitError("run manifest does not check out:\n" + "\n".join(problems[:20]))
     return Path(run_dir)
+
+
+def finished(run: Run) -> bool:
+    """Whether every stage with a record finished (a killed stage leaves none) and the
+    folder agrees with its manifest."""
+    return all(run.record_path(name).is_file() for name in STAGES if name != "report") \
+        and check_manifest(run.root) == []

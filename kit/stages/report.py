@@ -4,16 +4,21 @@ The report shows run metadata (wall times), so it is outside the run manifest.""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kit import report
+from kit.claims import load_ledger
 from kit.evidence import read_table
+from kit.files import read_json
+from kit.images import MANIFEST as IMAGES_MANIFEST
 from kit.machine import fingerprint
-from kit.runtimes import ROOT, load_runtimes
+from kit.paths import ROOT
+from kit.runtimes import load_runtimes
 from kit.stages.common import TIMINGS, Run
 from kit.stages.score import table_name
 from kit.worker import sha256_file, write_atomic
+
+LEDGER = ROOT / "claims" / "drift.yaml"
 
 
 def provenance(run: Run) -> dict[str, Any]:
@@ -24,9 +29,10 @@ def provenance(run: Run) -> dict[str, Any]:
         found[f"runtime {name}"] = runtime.description
         found[f"lock {runtime.lock.name} sha256"] = runtime.lock_sha256()
     found["lock tools.lock sha256"] = sha256_file(ROOT / "locks" / "tools.lock")
-    images = ROOT / "manifests" / "images.json"
+    images = IMAGES_MANIFEST
     if images.is_file():
-        for name, entry in sorted(json.loads(images.read_text())["runtimes"].items()):
+        built = read_json(images, "run `nox -s images` again")
+        for name, entry in sorted(built["runtimes"].items()):
             found[f"image {name}"] = f"{entry['image']} {entry['id']}"
     else:
         found["images"] = "none built here (venv backend)"
@@ -34,7 +40,7 @@ def provenance(run: Run) -> dict[str, Any]:
     timings = run.root / TIMINGS
     if timings.is_file():
         found.update({f"wall time {k}": f"{v} s" for k, v in
-                      json.loads(timings.read_text()).items()})
+                      read_json(timings, f"delete {timings} (wall times only)").items()})
     found["run manifest sha256"] = sha256_file(run.root / "manifest.json") \
         if (run.root / "manifest.json").is_file() else "not written yet"
     return found
@@ -43,7 +49,8 @@ def provenance(run: Run) -> dict[str, Any]:
 def run_report(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
     del protocol
     score_record = run.record("score")
-    load = {name: json.loads((run.root / run.record(name)["summary"]["path"]).read_text())
+    load = {name: read_json(run.root / run.record(name)["summary"]["path"],
+                            f"delete {run.stage(name)} and rerun the {name} stage")
             for name in ("score", "bootstrap", "sensitivity")}
     found = report.tables(load["score"], load["bootstrap"], load["sensitivity"])
     out = run.root / "report"
@@ -53,6 +60,8 @@ def run_report(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
     name = table_name("cand", score_record["primary_condition"])
     table = read_table(run.root / score_record["tables"][name]["path"],
                        score_record["tables"][name])
-    figures = report.figures(out, load["score"], load["bootstrap"], load["sensitivity"], table)
+    paper = report.paper_values(load_ledger(LEDGER))
+    figures = report.figures(out, load["score"], load["bootstrap"], load["sensitivity"], table,
+                             paper)
     write_atomic(out / "index.html", report.page(found, figures, provenance(run)).encode())
     return {"tables": sorted(found), "figures": figures, "page": "report/index.html"}

@@ -18,7 +18,6 @@ clean model's logits in every cell (accuracy, stability, factor isolation).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
@@ -26,22 +25,27 @@ import yaml
 
 from kit import analysis
 from kit.detectors import score_block
-from kit.evidence import CASE_COLUMNS, ROLE_CODES, describe, read_table, write_table
+from kit.evidence import (
+    CASE_COLUMNS,
+    POSITIONS,
+    ROLE_CODES,
+    describe,
+    read_table,
+    write_table,
+)
+from kit.files import load_npz, read_json
 from kit.localise import KINDS, layer_scores, normalisers, true_layer_rank
-from kit.machine import fingerprint
 from kit.stages.common import Progress, Run
 from kit.stages.infer import output_path
 from kit.worker import (
     canonical_json,
     meta_path,
-    read_npz,
     sha256_file,
     write_atomic,
     write_npz,
 )
 
 Array = np.ndarray[Any, Any]
-POSITIONS = ["early", "middle", "late"]
 LEVELS = ["low", "high"]
 
 
@@ -69,7 +73,7 @@ class Outputs:
         if key not in self.cache:
             if len(self.cache) > 8:
                 self.cache.clear()
-            self.cache[key] = read_npz(self.run.stage("infer")
+            self.cache[key] = load_npz(self.run.stage("infer")
                                        / output_path(cell, model, variant, graph, cond))
         return self.cache[key]  # type: ignore[no-any-return]
 
@@ -109,7 +113,8 @@ def build_table(protocol: dict[str, Any], run: Run, outputs: Outputs, cell: str,
         kept_rows: list[Array] = []
         for index, fault in variants:
             variant = "clean" if fault is None else fault["id"]
-            sel = np.ones(len(positions), bool) if fault is None else role == 1
+            sel = np.ones(len(positions), bool) if fault is None else \
+                role == ROLE_CODES["heldout"]
             c_o = outputs.get(cell, model, variant, "plain", "orig")["logits"][positions][sel]
             c_t = outputs.get(cell, model, variant, "plain", cond)["logits"][sel]
             s = score_block(c_o, r_o[sel], c_t, r_t[sel], tol["atol"], tol["rtol"])
@@ -123,7 +128,7 @@ def build_table(protocol: dict[str, Any], run: Run, outputs: Outputs, cell: str,
                                    _sketches(c_sk_t, n_layers, sel), [x[sel] for x in ref_t])
                 stored = {k: v.astype(np.float32) for k, v in raw.items()}
                 if fault is None:
-                    cal = role[sel] == 0
+                    cal = role[sel] == ROLE_CODES["calibration"]
                     norms = {k: normalisers(stored[k][cal].astype(np.float64), quantile)
                              for k in KINDS}
                     keep = np.flatnonzero(cal)
@@ -186,7 +191,8 @@ def runtimes_used(run: Run, protocol: dict[str, Any]) -> dict[str, Any]:
     for role, cell in (("reference", "ref"), ("candidate", "cand")):
         output = run.stage("infer") / output_path(cell, protocol["models"][0], "clean", "plain",
                                                   "orig")
-        meta = json.loads(meta_path(output).read_text())
+        meta = read_json(meta_path(output), f"delete {run.stage('infer')} and rerun the "
+                         f"infer stage (python -m kit stage infer --run {run.root})")
         found[role] = {"onnxruntime": meta["onnxruntime"], "numpy": meta["numpy"],
                        "session_options": meta["session_options"]}
     return found
@@ -197,7 +203,7 @@ def table_name(cell: str, cond: str) -> str:
 
 
 def codes(protocol: dict[str, Any]) -> dict[str, list[str]]:
-    return {"models": list(protocol["models"]), "positions": POSITIONS,
+    return {"models": list(protocol["models"]), "positions": list(POSITIONS),
             "families": list(protocol["faults"]["families"]), "levels": LEVELS,
             "roles": list(ROLE_CODES)}
 
@@ -262,7 +268,6 @@ def run_score(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
     record["clean_logits"] = {"path": "score/clean-logits.npz",
                               "sha256": sha256_file(out / "clean-logits.npz")}
     record["labels"] = labels.tolist()
-    record["machine"] = fingerprint()
     record["runtimes"] = runtimes_used(run, protocol)
     tables = load_tables(run, record)
     summary = summarise(protocol, record, tables, layers, clean, labels)

@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
+from kit.files import load_npz
 from kit.rotate import rotate, to_input
 from kit.split import ROLES, Sample, check_disjoint, round_robin_sample
 from kit.stages.common import Run
-from kit.worker import read_npz, write_npz
+from kit.worker import write_npz
 
 PRIMARY = "primary"
 
@@ -46,7 +47,7 @@ def reduced_positions(sample: Sample, protocol: dict[str, Any]) -> np.ndarray[An
 def run_split(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
     """Draw the sample, write its manifest and every condition; returns the stage record."""
     fetched = run.record("fetch")
-    dataset = read_npz(run.stage("fetch") / "dataset.npz")
+    dataset = load_npz(run.stage("fetch") / "dataset.npz")
     sample = round_robin_sample(dataset["labels"], protocol["sample"]["size"],
                                 protocol["seeds"]["sample"])
     check_disjoint(sample)

@@ -1,0 +1,228 @@
+"""The one boundary where the kit reads user-facing files.
+
+Ledgers, manifests, protocols (the frozen one, a user's ``--protocol``, the shipped
+copies), MR cards, shipped records and tables, run folders: every reader here maps what
+can go wrong with the file to one ``FileFormatError`` whose message is ``FILE: WHAT``
+and, where the caller knows one, ``; FIX``, so that no traceback reaches a user.
+
+    read_bytes  the bytes (OSError: missing, a folder, unreadable)
+    read_text   strict UTF-8 (the offset and line of the first byte that is not)
+    read_json   JSON over read_text (never another encoding guessed from the bytes);
+                decode_text and parse_json do the same for bytes already read
+    read_yaml   YAML over read_text with the safe loader, alias bombs refused
+    load_npz    every array of an .npz archive, no pickles (zip and numpy errors)
+    sha256      the hex sha256 of the bytes
+    plain_files every plain file under a folder, each symbolic link (a linked folder
+                too, not entered) and anything else named as a problem
+
+YAML anchors and aliases (``&a`` / ``*a``): a 2 KB "billion laughs" file composes in
+microseconds (an alias shares its node), and then every walk over it (a schema check, a
+dump) visits 10^9 nodes. ``read_yaml`` composes the file, counts its nodes with and
+without alias expansion (a linear walk over the shared graph) and refuses, before
+anything is constructed, any alias at all (the default), or, with ``aliases=True``,
+aliases that add more nodes than the file writes out (``ALIAS_GROWTH``) and recursive
+ones. The shipped ledgers need ``aliases=True``: ``yaml.safe_dump`` wrote their shared
+``evidence`` lists and ``compute`` specs as flat aliases.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from kit.errors import FileFormatError
+
+Array = np.ndarray[Any, Any]
+CHUNK = 1 << 20
+# With aliases allowed, the expanded document may hold at most this many times the nodes
+# the file writes out (a flat alias of a small list or mapping stays far below it).
+ALIAS_GROWTH = 2
+# libyaml's safe loader when PyYAML has it (the ledgers are large), else the Python one
+SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def error(path: Path, what: str, fix: str | None = None) -> FileFormatError:
+    """The error for ``path``: ``PATH: WHAT`` and ``; FIX`` where there is one."""
+    return FileFormatError(f"{path}: {what}" + (f"; {fix}" if fix else ""))
+
+
+def read_bytes(path: Path, fix: str | None = None) -> bytes:
+    """The bytes of ``path``; FileFormatError when it is missing or cannot be read."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError as exc:
+        raise error(path, "missing", fix) from exc
+    except OSError as exc:
+        raise error(path, f"cannot be read ({exc.strerror or exc})", fix) from exc
+
+
+def read_text(path: Path, fix: str | None = None) -> str:
+    """``path`` decoded as strict UTF-8; the error names the first byte that is not."""
+    return decode_text(read_bytes(path, fix), path, fix)
+
+
+def decode_text(data: bytes, path: Path, fix: str | None = None) -> str:
+    """The bytes ``data`` read from ``path`` decoded as strict UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise error(path, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                          f"{exc.start}, line {line})", fix) from exc
+
+
+def read_json(path: Path, fix: str | None = None) -> Any:
+    """``path`` parsed as JSON (UTF-8 only)."""
+    return parse_json(read_bytes(path, fix), path, fix)
+
+
+def parse_json(data: bytes, path: Path, fix: str | None = None) -> Any:
+    """The bytes ``data`` read from ``path`` parsed as JSON (UTF-8 only: ``json.loads``
+    of bytes would guess UTF-16 or UTF-32)."""
+    text = decode_text(data, path, fix)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(path, f"not valid JSON ({exc})", fix) from exc
+    except RecursionError as exc:
+        raise error(path, "not readable as JSON (nested too deeply)", fix) from exc
+
+
+def read_yaml(path: Path, fix: str | None = None, aliases: bool = False) -> Any:
+    """``path`` parsed as YAML with the safe loader (UTF-8 only). Anchors and aliases are
+    refused, or with ``aliases`` kept when they add at most as many nodes as the file
+    writes out (``ALIAS_GROWTH``) and none is recursive."""
+    text = read_text(path, fix)
+    loader = SAFE_LOADER(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_aliases(path, node, aliases, fix)
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise error(path, f"not valid YAML ({_yaml_problem(exc)})", fix) from exc
+    except RecursionError as exc:
+        raise error(path, "not readable as YAML (nested too deeply)", fix) from exc
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """The parser's complaint with line and column, without its ``<unicode string>``."""
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return str(exc)
+
+    def at(mark: Any) -> str:
+        return f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    found = f"{exc.problem or 'malformed'}{at(exc.problem_mark)}"
+    return found + (f", {exc.context}{at(exc.context_mark)}" if exc.context else "")
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def _check_aliases(path: Path, root: yaml.Node, allowed: bool, fix: str | None) -> None:
+    """Refuse a node reached twice (an alias) unless ``allowed``; then refuse a recursive
+    alias and an expansion past ``ALIAS_GROWTH`` times the distinct nodes. A post-order
+    walk with an explicit stack, each distinct node once: linear in the file."""
+    size: dict[int, int] = {}
+    pending: set[int] = set()  # nodes whose subtree is being walked: the current path
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            pending.discard(key)
+            size[key] = 1 + sum(size[id(child)] for child in _children(node))
+            continue
+        if key in pending or key in size:
+            line = node.start_mark.line + 1 if node.start_mark else "?"
+            if key in pending:
+                raise error(path, f"a recursive YAML alias (the node at line {line} holds "
+                                  "an alias of itself)", fix or "write the value out")
+            if not allowed:
+                raise error(path, f"a YAML alias (*) repeats the anchored (&) node at line "
+                                  f"{line}; anchors and aliases are refused in this file",
+                            fix or "write the value out in full where the alias stands")
+            continue
+        pending.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node))
+    expanded, written = size[id(root)], len(size)
+    if expanded > ALIAS_GROWTH * written:
+        raise error(path, f"YAML aliases expand the file's {written} nodes to {expanded} "
+                          f"(more than {ALIAS_GROWTH} times: an alias bomb?)",
+                    fix or "write the values out instead of aliasing them")
+
+
+def load_npz(path: Path, fix: str | None = None) -> dict[str, Array]:
+    """Every array of the .npz archive ``path`` (no pickles, no object arrays)."""
+    if not path.is_file():
+        raise error(path, "missing (or not a file)", fix)
+    try:  # an open handle of our own: np.load leaks its own when the zip is damaged
+        with open(path, "rb") as handle:
+            loaded = np.load(handle, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                raise error(path, "a single .npy array, not an .npz archive", fix)
+            with loaded as archive:
+                return {name: archive[name] for name in archive.files}
+    except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError) as exc:
+        raise error(path, f"not a readable .npz archive ({type(exc).__name__}: {exc})",
+                    fix) from exc
+
+
+def sha256(path: Path, fix: str | None = None) -> str:
+    """The hex sha256 of the bytes of ``path``."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            while block := handle.read(CHUNK):
+                digest.update(block)
+    except OSError as exc:
+        raise error(path, f"cannot be read ({exc.strerror or exc})", fix) from exc
+    return digest.hexdigest()
+
+
+def plain_files(base: Path, fix: str | None = None) -> tuple[list[Path], list[str]]:
+    """(every plain file under ``base``, sorted; a problem naming each symbolic link, a
+    linked folder included and not entered, each entry that is neither a file nor a
+    folder, and each folder that cannot be listed)."""
+    if base.is_symlink():
+        return [], [_link(base, fix)]
+    found: list[Path] = []
+    problems: list[str] = []
+
+    def unlisted(exc: OSError) -> None:
+        problems.append(str(error(Path(exc.filename), f"cannot be listed ({exc.strerror})",
+                                  fix)))
+
+    for folder, dirs, names in os.walk(base, onerror=unlisted):
+        here = Path(folder)
+        problems += [_link(here / d, fix) for d in sorted(dirs) if (here / d).is_symlink()]
+        for name in sorted(names):
+            path = here / name
+            if path.is_symlink():
+                problems.append(_link(path, fix))
+            elif not path.is_file():
+                problems.append(str(error(path, "neither a file nor a folder", fix)))
+            else:
+                found.append(path)
+    return sorted(found), problems
+
+
+def _link(path: Path, fix: str | None) -> str:
+    return str(error(path, f"a symbolic link (to {os.readlink(path)})", fix))

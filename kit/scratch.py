@@ -1,0 +1,68 @@
+"""Private scratch folders that a killed process cannot leak for good.
+
+A folder is named ``<prefix><pid>-<random>``: the pid of the process that made it. A
+``kill -9`` skips every ``finally``, so the folder survives its process; the next process
+that makes a folder with the same prefix in the same place removes every such folder
+whose process is gone (a live process's folder, or another user's, is left alone).
+Used for the ``kit run`` staging folders (``.kit-exchange-`` beside the output) and the
+worker's job folders (``kit-jobs-`` in the system's temporary folder).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def owner(path: Path, prefix: str) -> int | None:
+    """The pid in a scratch folder's name, or None when the name has none."""
+    pid = path.name[len(prefix):].split("-", 1)[0]
+    return int(pid) if path.name.startswith(prefix) and pid.isdigit() and int(pid) > 0 \
+        else None
+
+
+def remove_stale(folder: Path, prefix: str) -> list[Path]:
+    """Remove the scratch folders in ``folder`` whose process is gone; returns them."""
+    removed = []
+    for path in sorted(folder.glob(prefix + "*")):
+        pid = owner(path, prefix)
+        if pid is not None and path.is_dir() and not path.is_symlink() and not alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def make(folder: Path, prefix: str) -> Path:
+    """A new private ``<prefix><pid>-<random>`` folder (mode 0755) in ``folder``, after
+    removing the folders of dead processes there. OSError propagates, for the caller to
+    name its own file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    remove_stale(folder, prefix)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=folder))
+    os.chmod(tmp, 0o755)
+    return tmp
+
+
+@contextmanager
+def scratch(folder: Path, prefix: str) -> Iterator[Path]:
+    """``make``'s folder, removed on exit."""
+    tmp = make(folder, prefix)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

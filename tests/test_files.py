@@ -1,0 +1,183 @@
+"""The one boundary where user-facing files are read: each way a file can be wrong gives
+one FileFormatError naming the file (and the fix where there is one), never a traceback
+of a lower-level error; YAML alias bombs are refused before anything walks them."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kit import files
+from kit.errors import FileFormatError, KitError
+from kit.worker import write_npz
+
+
+def billion_laughs(levels: int = 9) -> str:
+    """The classic alias bomb: each level aliases the one below nine times (9**levels
+    scalars from a file of a few hundred bytes)."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]"
+              for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_error_names_the_file_and_is_a_kit_error(tmp_path: Path) -> None:
+    found = files.error(tmp_path / "x.json", "broken", "restore it")
+    assert isinstance(found, KitError)
+    assert str(found) == f"{tmp_path / 'x.json'}: broken; restore it"
+    assert str(files.error(tmp_path / "x.json", "broken")) == f"{tmp_path / 'x.json'}: broken"
+
+
+def test_a_missing_or_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(FileFormatError, match=r"nope\.json: missing; restore it from git$"):
+        files.read_json(tmp_path / "nope.json", "restore it from git")
+    with pytest.raises(FileFormatError, match=r": cannot be read \(Is a directory\)"):
+        files.read_text(tmp_path)
+    with pytest.raises(FileFormatError, match=r"nope\.bin: cannot be read"):
+        files.sha256(tmp_path / "nope.bin")
+
+
+def test_a_byte_that_is_not_utf8_is_located(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.yaml"
+    path.write_bytes(b"study: drift\nsource: caf\xe9\n")
+    for read in (files.read_text, files.read_json, files.read_yaml):
+        with pytest.raises(FileFormatError, match=r"ledger\.yaml: not UTF-8 text \(byte 0xe9 "
+                                                  r"at offset 24, line 2\)"):
+            read(path)
+
+
+def test_json_is_utf8_only_and_malformed_json_is_located(tmp_path: Path) -> None:
+    path = tmp_path / "record.json"
+    path.write_bytes('{"a": 1}'.encode("utf-16"))  # json.loads(bytes) would guess UTF-16
+    with pytest.raises(FileFormatError, match="not UTF-8"):
+        files.read_json(path)
+    path.write_text('{"a": 1,\n "b": }')
+    with pytest.raises(FileFormatError, match=r"record\.json: not valid JSON \(Expecting value"
+                                              r": line 2 column 7"):
+        files.read_json(path)
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(FileFormatError, match="nested too deeply"):
+        files.read_json(path)
+    path.write_text('{"a": [1, 2.5, "x"]}')
+    assert files.read_json(path) == {"a": [1, 2.5, "x"]}
+
+
+def test_malformed_yaml_is_located(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("a: [1, 2\nb: 3\n")
+    with pytest.raises(FileFormatError, match=r"p\.yaml: not valid YAML \(.*line 2, column 2"):
+        files.read_yaml(path)
+    path.write_text("--- 1\n--- 2\n")
+    with pytest.raises(FileFormatError, match="expected a single document"):
+        files.read_yaml(path)
+    path.write_text("a: !!python/object:os.system ls\n")
+    with pytest.raises(FileFormatError, match="not valid YAML"):
+        files.read_yaml(path)
+    path.write_text("")
+    assert files.read_yaml(path) is None
+
+
+def test_a_billion_laughs_is_refused_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text(billion_laughs())
+    assert path.stat().st_size < 2048
+    start = time.monotonic()
+    with pytest.raises(FileFormatError, match=r"bomb\.yaml: a YAML alias \(\*\) repeats the "
+                                              r"anchored \(&\) node at line 1"):
+        files.read_yaml(path)
+    with pytest.raises(FileFormatError, match=r"bomb\.yaml: YAML aliases expand the file's "
+                                              r"\d+ nodes to 4\d{8} .*an alias bomb"):
+        files.read_yaml(path, aliases=True)
+    assert time.monotonic() - start < 1.0
+
+
+def test_flat_aliases_pass_only_where_allowed_and_recursive_ones_never(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.yaml"
+    path.write_text("a: &e [x.npz, y.npz]\nb: *e\nc: *e\nd: [1, 2, 3, 4, 5, 6, 7, 8]\n")
+    assert files.read_yaml(path, aliases=True)["c"] == ["x.npz", "y.npz"]
+    with pytest.raises(FileFormatError, match="anchors and aliases are refused"):
+        files.read_yaml(path)
+    path.write_text("a: &a [1, *a]\n")
+    with pytest.raises(FileFormatError, match="recursive YAML alias"):
+        files.read_yaml(path, aliases=True)
+    path.write_text("a: [1, [2, 3]]\nb: {c: d}\n")
+    assert files.read_yaml(path) == {"a": [1, [2, 3]], "b": {"c": "d"}}
+
+
+def test_the_shipped_yaml_reads_as_before() -> None:
+    """The ledgers (flat aliases from yaml.safe_dump), the protocol and every MR card give
+    what PyYAML's own safe loader gives."""
+    import yaml
+
+    from kit.paths import ROOT
+
+    for path in sorted((ROOT / "claims").glob("*.yaml")):
+        assert files.read_yaml(path, aliases=True) == yaml.safe_load(path.read_text())
+    for path in [ROOT / "kit/protocols/drift.yaml",
+                 *sorted((ROOT / "kit/sciml/cards").glob("*.yaml"))]:
+        assert files.read_yaml(path) == yaml.safe_load(path.read_text())
+
+
+def test_npz_archives_damaged_pickled_or_not_npz(tmp_path: Path) -> None:
+    path = tmp_path / "table.npz"
+    write_npz(path, {"a": np.arange(5), "b": np.ones(3, np.float32)})
+    found = files.load_npz(path)
+    assert sorted(found) == ["a", "b"]
+    assert found["a"].tolist() == [0, 1, 2, 3, 4]
+    data = bytearray(path.read_bytes())
+    damaged = tmp_path / "damaged.npz"
+    damaged.write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(FileFormatError, match=r"damaged\.npz: not a readable \.npz archive"):
+        files.load_npz(damaged)
+    pickled = tmp_path / "pickled.npz"
+    np.savez(pickled, a=np.array([{"x": 1}], dtype=object))
+    with pytest.raises(FileFormatError, match=r"pickled\.npz: .*ValueError.*allow_pickle"):
+        files.load_npz(pickled)
+    raw = tmp_path / "raw.npz"
+    raw.write_bytes(b"\x80\x04not a zip at all")
+    with pytest.raises(FileFormatError, match=r"raw\.npz: not a readable \.npz archive"):
+        files.load_npz(raw)
+    single = tmp_path / "single.npz"
+    with open(single, "wb") as handle:
+        np.save(handle, np.arange(3))
+    with pytest.raises(FileFormatError, match=r"single\.npz: a single \.npy array"):
+        files.load_npz(single)
+    with pytest.raises(FileFormatError, match=r"none\.npz: missing"):
+        files.load_npz(tmp_path / "none.npz")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file without read permission")
+def test_a_file_without_read_permission(tmp_path: Path) -> None:
+    path = tmp_path / "locked.json"
+    path.write_text("{}")
+    path.chmod(0)
+    with pytest.raises(FileFormatError, match=r"locked\.json: cannot be read"):
+        files.read_json(path)
+
+
+def test_plain_files_names_every_link_and_never_enters_a_linked_folder(tmp_path: Path) -> None:
+    base = tmp_path / "claims"
+    (base / "a" / "b").mkdir(parents=True)
+    (base / "a" / "b" / "x.json").write_text("{}")
+    (base / "top.yaml").write_text("a: 1\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "extra.npz").write_bytes(b"")
+    (base / "a" / "linked").symlink_to(outside)
+    (base / "alias.yaml").symlink_to(base / "top.yaml")
+    os.mkfifo(base / "pipe")
+    found, problems = files.plain_files(base, "keep plain files")
+    assert found == [base / "a" / "b" / "x.json", base / "top.yaml"]
+    assert problems == [  # folder by folder from the top
+        f"{base / 'alias.yaml'}: a symbolic link (to {base / 'top.yaml'}); keep plain files",
+        f"{base / 'pipe'}: neither a file nor a folder; keep plain files",
+        f"{base / 'a' / 'linked'}: a symbolic link (to {outside}); keep plain files"]
+    (tmp_path / "link").symlink_to(base)
+    assert files.plain_files(tmp_path / "link") == (
+        [], [f"{tmp_path / 'link'}: a symbolic link (to {base})"])
+    assert files.plain_files(tmp_path / "none")[1][0].startswith(
+        f"{tmp_path / 'none'}: cannot be listed (No such file or directory)")
