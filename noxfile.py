@@ -15,7 +15,7 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-from kit.venvs import ensure_tools  # noqa: E402  (the kit must be importable first)
+from kit.runtime.venvs import ensure_tools  # noqa: E402  (the kit must be importable first)
 
 nox.options.default_venv_backend = "none"
 nox.options.sessions = ["tests"]

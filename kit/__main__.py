@@ -7,6 +7,7 @@
     verify     every ledger, schema, manifest and claim, offline (--replay: rerun and compare)
     ship       copy a finished run's evidence into claims/ and rewrite the manifests
     sciml      the SciML study (operator floor, FNO, PINN, MeshGraphNet, catalogue)
+    sciml-report  the SciML report of a finished run (tables, figures, one HTML page)
     bench      infer's wall time against its floor and the nested bootstrap's engine
 """
 
@@ -54,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         stage.add_argument("--run", type=Path, help="run folder (default runs/<substrate>)")
         stage.add_argument("--assets", type=Path, help="mirror folder of the pinned assets")
         stage.add_argument("--asset-pins", type=Path, metavar="FILE",
-                           help="JSON pins replacing kit/assets.py's for this run (cifar100; "
+                           help="JSON pins replacing kit/drift/assets.py's for this run (cifar100; "
                                 "full sha256 for every file; recorded in fetch.json)")
         stage.add_argument("--backend", choices=["docker", "venv"])
         stage.add_argument("--protocol", type=Path, help="protocol YAML (default: the frozen one)")
@@ -78,7 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--protocol", type=Path,
                         help="protocol of the run to replay (default: the frozen one)")
     verify.add_argument("--small", action="store_true",
-                        help="replay the small configuration (kit.protocol.write_small_protocol) "
+                        help="replay the small configuration "
+                             "(kit.drift.protocol.write_small_protocol) "
                              "in runs/digits-small, running it first if it is not there")
     ship = add("ship", help="copy a finished run's evidence into claims/")
     ship.add_argument("--run", type=Path, help="run folder (default runs/digits)")
@@ -97,17 +99,22 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--deepmind", type=Path, metavar="FOLDER",
                         help="read the trajectories from DeepMind's cylinder_flow files "
                              "(meta.json, train.tfrecord, valid.tfrecord)")
+    report = add("sciml-report", help="render the SciML report of a finished run")
+    report.add_argument("--evidence", type=Path,
+                        help="the run's records (default runs/sciml; the shipped ones are "
+                             "claims/sciml/evidence/kit, which needs --out)")
+    report.add_argument("--out", type=Path, help="report folder (default <evidence>/report)")
     bench = add("bench", help="benchmark infer and the nested bootstrap")
     bench.add_argument("--run", type=Path, help="finished drift run (default runs/digits)")
     return parser
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from kit.protocol import PROTOCOL, load_protocol, write_small_protocol
-    from kit.replay import prepare
-    from kit.stages.common import Run, default_run
-    from kit.stages.pipeline import STAGES, finished, reproduce
-    from kit.stages.runlock import hold
+    from kit.drift.protocol import PROTOCOL, load_protocol, write_small_protocol
+    from kit.drift.replay import prepare
+    from kit.drift.stages.pipeline import STAGES, finished, reproduce
+    from kit.runfolder import Run, default_run
+    from kit.runlock import hold
 
     protocol = args.protocol or PROTOCOL
     substrate = args.substrate or load_protocol(protocol)["substrate_default"]
@@ -138,8 +145,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _report_replay(first: Path, target: Path) -> int:
-    from kit.replay import compare_runs, write_report
-    from kit.stages.runlock import hold
+    from kit.drift.replay import compare_runs, write_report
+    from kit.runlock import hold
 
     with hold(first, create=False), hold(target, create=False):
         report = compare_runs(first, target)
@@ -157,18 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "run":
-            from kit.exchange import exchange
+            from kit.runtime.exchange import exchange
 
             out = exchange(args.runtime, args.model, args.inputs, args.output,
                            args.backend, args.batch_size)
             print(out)
         elif args.command == "images":
-            from kit.images import build_images
+            from kit.runtime.docker import build_images
 
             build_images(args.base, args.runtime)
         elif args.command in ("stage", "reproduce"):
-            from kit.protocol import PROTOCOL
-            from kit.stages.pipeline import reproduce, run_stage
+            from kit.drift.protocol import PROTOCOL
+            from kit.drift.stages.pipeline import reproduce, run_stage
 
             options = {"substrate": args.substrate, "run_dir": args.run, "assets": args.assets,
                        "asset_pins": args.asset_pins, "backend": args.backend,
@@ -182,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                 return _report_replay(*args.compare)
             if args.replay:
                 return _replay(args)
+            from kit.claims.verify import verify
             from kit.paths import ROOT
-            from kit.verify import verify
 
             return verify(json_out=args.json, strict_findings=args.strict_findings,
                           expect_root=args.expect_root,
@@ -193,14 +200,19 @@ def main(argv: list[str] | None = None) -> int:
 
             print(run_command(args.run, args.without_physicsnemo, args.resimulate,
                               args.deepmind))
+        elif args.command == "sciml-report":
+            from kit.paths import ROOT
+            from kit.sciml.report import write_report
+
+            print(write_report(args.evidence or ROOT / "runs" / "sciml", args.out))
         elif args.command == "bench":
-            from kit.bench import bench
+            from kit.drift.bench import bench
 
             return bench(args.run)
         elif args.command == "ship":
-            from kit.stages.common import default_run
-            from kit.stages.runlock import hold
-            from kit.verify import ship
+            from kit.claims.verify import ship
+            from kit.runfolder import default_run
+            from kit.runlock import hold
 
             folder = args.run or default_run("digits").root
             with hold(folder, create=False):

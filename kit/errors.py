@@ -11,14 +11,14 @@
     │                        should be: unreadable, not UTF-8, malformed JSON or YAML, a
     │                        YAML alias bomb, a damaged or pickled .npz (``kit/files.py``)
     ├── RunFolderError       a run folder (``--run``) is a file, cannot be made, or was
-    │   │                    started under another protocol (``kit/stages/runlock.py``)
+    │   │                    started under another protocol (``kit/runlock.py``)
     │   └── RunLocked        another kit command holds the run folder's lock (its pid)
     └── InputRefused         ``kit run`` refuses a model, its external data, an input .npz
                              or an output path before any runtime sees them
-                             (``kit/exchange.py``)
+                             (``kit/runtime/exchange.py``)
 
-The worker itself (``kit/worker.py``) cannot import this package, since it runs inside
-the runtime images with numpy and onnxruntime only; it raises ``kit.worker.JobError``
+The worker itself (``kit/runtime/worker.py``) cannot import this package, since it runs inside
+the runtime images with numpy and onnxruntime only; it raises ``kit.runtime.worker.JobError``
 and exits 2, and the orchestrator turns that exit into ``WorkerFailed``.
 The command line prints ``kit: error: MESSAGE`` and exits 2 for any KitError.
 """

@@ -15,6 +15,12 @@ and, where the caller knows one, ``; FIX``, so that no traceback reaches a user.
     plain_files every plain file under a folder, each symbolic link (a linked folder
                 too, not entered) and anything else named as a problem
 
+The writers (``canonical_json``, ``npz_bytes``, ``write_atomic``, ``write_npz``: sorted
+keys, fixed zip timestamps, a temporary name renamed into place) are the worker's own,
+re-exported here: the worker runs alone in the runtime images, so the bytes it writes and
+the bytes the kit writes come from one definition. It is the one module of
+``kit.runtime`` the file library imports (``tests/test_layout.py``).
+
 YAML anchors and aliases (``&a`` / ``*a``): a 2 KB "billion laughs" file composes in
 microseconds (an alias shares its node), and then every walk over it (a schema check, a
 dump) visits 10^9 nodes. ``read_yaml`` composes the file, counts its nodes with and
@@ -39,6 +45,10 @@ import numpy as np
 import yaml
 
 from kit.errors import FileFormatError
+from kit.runtime.worker import canonical_json as canonical_json
+from kit.runtime.worker import npz_bytes as npz_bytes
+from kit.runtime.worker import write_atomic as write_atomic
+from kit.runtime.worker import write_npz as write_npz
 
 Array = np.ndarray[Any, Any]
 CHUNK = 1 << 20

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tests.test_models import reference_keys
+from tests.drift.test_models import reference_keys
 
 FINE, COARSE = 100, 20
 FILE_NAMES = {"resnet20": "cifar100_resnet20-synthetic.pt",

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kit.backends import docker_available, image_labels
+from kit.drift.protocol import write_small_protocol
+from kit.drift.stages.pipeline import reproduce
 from kit.errors import ImageError
-from kit.protocol import write_small_protocol
-from kit.runtimes import load_runtimes
-from kit.stages.common import Run
-from kit.stages.pipeline import reproduce
-from kit.worker import write_npz
+from kit.files import write_npz
+from kit.runfolder import Run
+from kit.runtime.backends import docker_available, image_labels
+from kit.runtime.runtimes import load_runtimes
 
 
 def _small_convnet(seed: int) -> object:
@@ -58,7 +58,7 @@ def _small_convnet(seed: int) -> object:
 @pytest.fixture(scope="session")
 def convnet_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small residual conv net with BatchNorm, exported with BN folded."""
-    from kit.export import export_onnx
+    from kit.drift.export import export_onnx
 
     path = tmp_path_factory.mktemp("model") / "convnet.onnx"
     return export_onnx(_small_convnet(seed=7), path, (1, 3, 32, 32))  # type: ignore[arg-type]
@@ -112,7 +112,7 @@ def synthetic_table(seed: int = 0, models: int = 2, n_cal: int = 40, n_held: int
                                                                dict[str, np.ndarray]]:
     """A case table shaped like the score stage's (clean rows on every image, fault rows
     on held-out images) with random scores, and matching per-layer scores."""
-    from kit.evidence import CASE_COLUMNS
+    from kit.drift.evidence import CASE_COLUMNS
 
     rng = np.random.default_rng(seed)
     samples = np.arange(n_cal + n_held)

@@ -13,7 +13,7 @@ import pytest
 
 from kit import files
 from kit.errors import FileFormatError, KitError
-from kit.worker import write_npz
+from kit.files import write_npz
 
 
 def billion_laughs(levels: int = 9) -> str:

@@ -28,5 +28,5 @@ def test_the_wheel_holds_every_module_and_data_file_of_the_kit(tmp_path: Path) -
     wanted = {p.relative_to(source).as_posix() for p in (source / "kit").rglob("*")
               if p.is_file()}
     assert wanted - held == set()
-    assert {"kit/stages/fetch.py", "kit/sciml/gate.py", "kit/runtimes.toml",
+    assert {"kit/drift/stages/fetch.py", "kit/sciml/gate.py", "kit/runtime/runtimes.toml",
             "kit/protocols/drift.yaml", "kit/sciml/cards/fno-periodic-translation.yaml"} <= held

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from kit.drift.protocol import PROTOCOL, load_protocol
+from kit.drift.stages.pipeline import run_stage
 from kit.errors import KitError, RunFolderError, RunLocked
 from kit.paths import ROOT
-from kit.protocol import PROTOCOL, load_protocol
-from kit.stages.common import hashed_files
-from kit.stages.pipeline import run_stage
-from kit.stages.runlock import hold, protocol_digest, remove_temporaries
+from kit.runfolder import hashed_files
+from kit.runlock import hold, protocol_digest, remove_temporaries
 from tests.conftest import tiny_protocol
 
 
@@ -94,7 +94,8 @@ def test_a_run_under_another_protocol_is_refused_naming_both_digests(
 def test_a_held_folder_is_refused_in_process_too_and_released_after(tmp_path: Path) -> None:
     run = tmp_path / "run"
     with subprocess.Popen([sys.executable, "-c", (
-            "import sys, time; from pathlib import Path; from kit.stages.runlock import hold\n"
+            "import sys, time; from pathlib import Path\n"
+            "from kit.runlock import hold\n"
             "with hold(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)"),
             str(run)], cwd=ROOT, stdout=subprocess.PIPE) as holder:
         try:

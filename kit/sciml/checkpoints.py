@@ -15,8 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from kit.files import write_atomic
 from kit.paths import cache_dir
-from kit.worker import write_atomic
 
 
 def content_key(recipe: Any, sources: tuple[Path, ...], extra: bytes = b"") -> str:

@@ -18,10 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from kit.files import load_npz
+from kit.files import load_npz, write_npz
 from kit.sciml.checkpoints import cached_path, content_key
 from kit.sciml.meshes import HEIGHT, LENGTH, Mesh, cylinder_mesh
-from kit.worker import write_npz
 
 Array = np.ndarray[Any, Any]
 

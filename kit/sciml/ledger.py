@@ -13,9 +13,9 @@ from typing import Any
 
 from kit import schema
 from kit.errors import KitError
+from kit.files import canonical_json, write_atomic
 from kit.sciml.gate import Decision
 from kit.sciml.verdicts import VERDICTS, Verdict
-from kit.worker import canonical_json, write_atomic
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "verdict_ledger.schema.json"
 RETAINED = ("retained-executable", "retained-as-OOD-stress")

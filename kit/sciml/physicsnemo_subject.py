@@ -1,6 +1,6 @@
 """NVIDIA PhysicsNeMo's MeshGraphNet as a subject of the study, through a worker process.
 
-PhysicsNeMo lives in its own environment (``python -m kit.venvs physicsnemo``), so the
+PhysicsNeMo lives in its own environment (``python -m kit.runtime.venvs physicsnemo``), so the
 kit talks to it through ``physicsnemo_worker.py`` over a pipe. ``Remote`` trains (or
 loads, by content hash of the subject, the data key, the worker source and the lock) and
 then answers ``step`` like the kit's own networks, so the study's relations run on it

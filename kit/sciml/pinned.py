@@ -31,11 +31,10 @@ from typing import Any
 import numpy as np
 
 from kit.errors import KitError
-from kit.files import load_npz, read_json, sha256
+from kit.files import canonical_json, load_npz, read_json, sha256, write_atomic, write_npz
 from kit.paths import ROOT
 from kit.sciml.checkpoints import content_key
 from kit.sciml.cylinder import Flow, trajectory
-from kit.worker import canonical_json, sha256_file, write_atomic, write_npz
 
 Array = np.ndarray[Any, Any]
 
@@ -122,7 +121,7 @@ def pin(flows: tuple[Flow, ...], folder: Path = PINNED, cache: Path | None = Non
         name = file_name(flow)
         write_npz(folder / name, trajectory(flow, cache))
         index["trajectories"][name] = {"flow": asdict(flow),
-                                       "sha256": sha256_file(folder / name)}
+                                       "sha256": sha256(folder / name)}
     index["trajectories"] = dict(sorted(index["trajectories"].items()))
     write_atomic(folder / INDEX, canonical_json(index))
     return folder / INDEX

@@ -1,0 +1,177 @@
+"""What verify accounts for, file by file: the sha256 manifests (every file under
+``claims/`` and ``manifests/`` listed or refused, symbolic links refused), the asset pins,
+and the root digest over everything verify checks.
+
+    write_manifests   rewrite the evidence, lock and asset manifests from what is on disk
+    check_manifests   every problem between the manifests and the files (collected)
+    hash_problems     one listed file against its sha256
+    root_digest       one sha256 over every covered file (``ROOT_SCOPE``)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kit.drift import assets
+from kit.errors import KitError
+from kit.files import canonical_json, plain_files, read_json, sha256, write_atomic
+from kit.paths import ROOT
+from kit.schema import problems as schema_problems
+
+EVIDENCE_MANIFEST = Path("manifests/evidence.json")
+LOCKS_MANIFEST = Path("manifests/locks.json")
+ASSETS_MANIFEST = Path("manifests/assets.json")
+MANIFESTS = (ASSETS_MANIFEST, EVIDENCE_MANIFEST, LOCKS_MANIFEST)
+# The folders whose every file verify accounts for, and the only files exempt there.
+COVERED = ("claims", "manifests")
+EXEMPT = ("claims/README.md", "manifests/README.md")
+RESTORE = "restore it from git"
+UNLINK = (" and ".join(f"{top}/" for top in COVERED) + " must hold the files themselves: "
+          f"replace the link with what it points to, or {RESTORE}")
+
+def read_shipped(path: Path) -> Any:
+    """A shipped JSON file (KitError naming it, and how to restore it, when it cannot be
+    read as JSON)."""
+    return read_json(path, RESTORE)
+
+
+def collect(check: Callable[..., list[str]], *args: Any) -> list[str]:
+    """The problems ``check`` returns, or the one it raised: a check that cannot go on
+    never stops the others."""
+    try:
+        return check(*args)
+    except KitError as exc:
+        return [str(exc)]
+
+def asset_pins() -> dict[str, Any]:
+    """The upstream pins of ``kit.drift.assets`` as a manifest."""
+    pins = [assets.CIFAR100, *assets.CHECKPOINTS.values()]
+    return {"assets": {a.name: {"url": a.url, "sha256": a.sha256,
+                                "sha256_prefix": a.sha256_prefix, "size": a.size}
+                       for a in pins},
+            "members": dict(sorted(assets.CIFAR100_MEMBERS.items()))}
+
+
+def relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
+def evidence_files(root: Path) -> list[Path]:
+    """Every plain file under ``claims/`` (ledgers, shipped evidence, pinned trajectories;
+    all but ``claims/README.md``), sorted; symbolic links are not followed."""
+    return [p for p in plain_files(root / "claims")[0] if relative(p, root) not in EXEMPT]
+
+
+def lock_files(root: Path) -> list[Path]:
+    """The lock files and their ``.in`` sources, sorted."""
+    return sorted(p for p in (root / "locks").glob("*") if p.suffix in (".lock", ".in"))
+
+
+# Each sha256 manifest and the files it must list, exactly.
+LISTED = {EVIDENCE_MANIFEST: evidence_files, LOCKS_MANIFEST: lock_files}
+
+
+def write_manifests(root: Path = ROOT) -> None:
+    """Rewrite the evidence, lock and asset manifests from what is on disk."""
+    for manifest, files in LISTED.items():
+        listed = {relative(p, root): sha256(p) for p in files(root)}
+        write_atomic(root / manifest, canonical_json({"files": listed}))
+    write_atomic(root / ASSETS_MANIFEST, canonical_json(asset_pins()))
+
+
+def check_manifests(root: Path) -> list[str]:
+    """Problems with the manifests and what they cover (empty when every entry checks
+    out, every file under ``claims/`` and ``manifests/`` is accounted for and no link is
+    there)."""
+    problems = coverage_problems(root)
+    for manifest, files in LISTED.items():
+        problems += collect(listed_problems, root, manifest, files)
+    return problems + collect(assets_problems, root)
+
+
+def coverage_problems(root: Path) -> list[str]:
+    """Symbolic links and other entries that are no plain file under ``claims/`` and
+    ``manifests/``, and any file under ``manifests/`` that is not one of the kit's."""
+    problems = []
+    for top in COVERED:
+        problems += plain_files(root / top, UNLINK)[1]
+    known = {m.as_posix() for m in MANIFESTS} | set(EXEMPT)
+    names = ", ".join(m.name for m in MANIFESTS)
+    found = plain_files(root / "manifests")[0]
+    problems += [f"{path}: not one of the kit's manifests ({names}); remove it"
+                 for path in found if relative(path, root) not in known]
+    return problems
+
+
+def listed_problems(root: Path, manifest: Path, files: Callable[[Path], list[Path]]
+                    ) -> list[str]:
+    """One sha256 manifest: readable and valid, every entry present with its sha256, and
+    every file it must list listed."""
+    path = root / manifest
+    if not path.is_file():
+        return [f"{path}: manifest missing; {RESTORE}, or rewrite it with "
+                "kit.claims.coverage.write_manifests"]
+    listed = read_shipped(path)
+    problems = schema_problems(listed, "manifest.schema.json", path)
+    if problems:
+        return problems
+    present = {relative(p, root): p for p in files(root)}
+    for name, digest in sorted(listed["files"].items()):
+        if name not in present:
+            if not _under_link(root, name):  # a link is refused by coverage_problems
+                problems.append(f"{root / name}: listed in {manifest} but missing")
+            continue
+        problems += hash_problems(present[name], digest, manifest)
+    return problems + [f"{root / n}: present but not listed in {manifest}"
+                       for n in sorted(set(present) - set(listed["files"]))]
+
+
+def hash_problems(path: Path, digest: str, listing: Path) -> list[str]:
+    """Empty when ``path`` hashes to ``digest`` (as ``listing`` lists it); else what is
+    wrong, naming ``path``."""
+    try:
+        found = sha256(path, RESTORE)
+    except KitError as exc:
+        return [str(exc)]
+    return [] if found == digest else [f"{path}: sha256 differs from {listing}"]
+
+
+def _under_link(root: Path, name: str) -> bool:
+    """Whether ``root/name`` or a folder above it (below root) is a symbolic link."""
+    path = root / name
+    return any(p.is_symlink() for p in [path, *path.parents] if root in p.parents)
+
+
+def assets_problems(root: Path) -> list[str]:
+    """``manifests/assets.json`` must equal the pins of ``kit/drift/assets.py``."""
+    path = root / ASSETS_MANIFEST
+    if not path.is_file():
+        return [f"{path}: manifest missing; {RESTORE}"]
+    if read_shipped(path) != asset_pins():
+        return [f"{path}: differs from the pins in kit/drift/assets.py"]
+    return []
+
+# What the root digest covers: every input of verify's decisions, as files under root.
+ROOT_SCOPE = ("manifests/*.json", "claims/**/*", "kit/schemas/*.json", "kit/sciml/cards/*",
+              "kit/protocols/*.yaml", "locks/*.lock", "locks/*.in")
+
+
+def root_digest(root: Path) -> str:
+    """One sha256 over everything verify checks: the canonical JSON of every covered file's
+    path (relative to root) and sha256 (``unreadable`` for a file that cannot be read,
+    which the checks name). Published out of band (the README), it pins the whole chain:
+    a value rewritten with every hash below it updated changes it."""
+    files = {relative(p, root): _digest_or_unreadable(p)
+             for pattern in ROOT_SCOPE for p in root.glob(pattern)
+             if p.is_file() and relative(p, root) not in EXEMPT}
+    return hashlib.sha256(canonical_json({"files": dict(sorted(files.items()))})).hexdigest()
+
+
+def _digest_or_unreadable(path: Path) -> str:
+    try:
+        return sha256(path)
+    except KitError:
+        return "unreadable"

@@ -1,0 +1,317 @@
+"""``python -m kit verify``: check every ledger, schema, manifest and claim offline.
+
+1. Schemas: every ledger (``claims/*.yaml``), the shipped evidence records
+   (``score/score.json``), the protocol copies, the manifests and the SciML MR cards.
+2. Manifests: ``manifests/evidence.json`` lists the sha256 of every file under ``claims/``
+   (ledgers, shipped evidence, pinned trajectories; only ``claims/README.md`` is exempt):
+   each must match, and a file present but not listed is refused. ``manifests/locks.json``
+   pins the lock files and ``manifests/assets.json`` the upstream assets (equal to
+   ``kit.drift.assets``); ``manifests/`` holds these three and its README, nothing else. A
+   symbolic link anywhere under ``claims/`` or ``manifests/`` (a linked folder too) is
+   refused (``kit/claims/coverage.py``, which also computes the root digest). The pinned
+   trajectories are hashed against their own index as well.
+3. Claims: recomputed from the raw per-case evidence and decided by their rules.
+4. ``--replay``: rerun the pipeline (or named stages) and compare bytes.
+
+Every file is read through ``kit.files`` (a file that is not UTF-8, not JSON or YAML, or
+not an .npz is a problem naming it), and every check collects its problems instead of
+stopping at the first: verify lists them all and still decides every claim whose ledger
+and evidence can be read. Exit 0 only when every check passes and every claim that
+applies to present evidence holds. A claim's ``finding`` (the paper's direction where it
+did not reproduce on a stand-in substrate, ``kit.claims.ledger``) is printed and counted; with
+``strict_findings`` a reversed finding fails the run as well. ``ship`` copies a finished
+run's evidence into ``claims/<study>/evidence/`` and rewrites the manifests.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kit.claims.coverage import (
+    RESTORE,
+    check_manifests,
+    collect,
+    hash_problems,
+    read_shipped,
+    relative,
+    root_digest,
+    write_manifests,
+)
+from kit.claims.ledger import STATUSES, Outcome, clear_cache, evaluate, load_ledger
+from kit.drift.protocol import load_protocol
+from kit.errors import KitError
+from kit.files import canonical_json, plain_files, read_json, sha256, write_atomic
+from kit.paths import ROOT
+from kit.runfolder import MACHINE, MANIFEST, REPLAY, UNHASHED
+from kit.schema import problems as schema_problems
+
+SHIPPED = ("score/protocol.yaml", "fetch/fetch.json", "split/split.json", "fault/fault.json",
+           "fault/severity.json",
+           "score/score.json", "score/summary.json", "score/layers.npz",
+           "score/clean-logits.npz", "bootstrap/bootstrap.json", "bootstrap/summary.json",
+           "sensitivity/sensitivity.json", "sensitivity/summary.json")
+
+
+def check_schemas(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
+    """Problems with the evidence records and protocol copies the ledgers point at, and
+    with the SciML MR cards (every violation of every file, empty when all validate)."""
+    problems = []
+    for ledger in ledgers:
+        for substrate in ledger["substrates"].values():
+            problems += collect(_record_problems, root / substrate["evidence"],
+                                ledger["study"])
+    from kit.sciml.cards import CARDS
+
+    for card in sorted(CARDS.glob("*.yaml")):
+        problems += collect(_card_problems, card)
+    return problems
+
+
+def _card_problems(path: Path) -> list[str]:
+    from kit.sciml.cards import load_card
+
+    load_card(path)  # raises KitError naming the card and the field
+    return []
+
+
+def _protocol_problems(path: Path) -> list[str]:
+    load_protocol(path)  # raises KitError naming the file and the field
+    return []
+
+
+def _record_problems(folder: Path, study: str) -> list[str]:
+    """One evidence folder: its record against its schema, and a drift folder's protocol
+    copy (absent records are not run here, not problems)."""
+    if study == "sciml":
+        verdicts = folder / "ledger.json"
+        return schema_problems(read_shipped(verdicts), "verdict_ledger.schema.json",
+                               verdicts) if verdicts.is_file() else []
+    record = folder / "score" / "score.json"
+    if not record.is_file():
+        return []
+    problems = collect(lambda: schema_problems(read_shipped(record), "score_record.schema.json",
+                                               record))
+    return problems + collect(_protocol_problems, folder / "score" / "protocol.yaml")
+
+
+def check_trajectories(root: Path) -> list[str]:
+    """Problems with the pinned trajectories (each file hashed against the sha256 its
+    index lists, ``kit.sciml.pinned.pinned_problems``) and with those the shipped
+    MeshGraphNet evidence names (each read from ``claims/sciml/trajectories`` with the
+    sha256 its index lists)."""
+    from kit.sciml.pinned import INDEX, pinned_problems, read_index
+
+    folder = root / "claims" / "sciml" / "trajectories"
+    problems = pinned_problems(folder)
+    record = root / "claims" / "sciml" / "evidence" / "kit" / "mgn.json"
+    if not record.is_file():
+        return problems
+    try:
+        listed: dict[str, Any] = read_index(folder)["trajectories"]
+    except KitError:  # pinned_problems names the index
+        listed = {}
+    return problems + collect(_used_trajectories, record, folder / INDEX, listed)
+
+
+def _used_trajectories(record: Path, index_path: Path, index: dict[str, Any]) -> list[str]:
+    used = read_shipped(record).get("trajectories")
+    if not isinstance(used, dict) or not used:
+        return [f"{record}: names no trajectories; ship a run of the current kit"]
+    problems = []
+    for tag, entry in sorted(used.items()):
+        name = entry.get("pinned") if isinstance(entry, dict) else None
+        listed = index.get(name, {}).get("sha256") if isinstance(name, str) else None
+        if name is None:
+            problems.append(f"{record}: trajectory {tag} was not read from "
+                            f"{index_path.parent} (simulated in that run); ship a run of the "
+                            "pinned trajectories")
+        elif listed != entry.get("sha256"):
+            problems.append(f"{record}: trajectory {tag} ({name}) has sha256 "
+                            f"{entry.get('sha256')}, {index_path} lists {listed}")
+    return problems
+
+
+SCIML_SHIPPED = ("ledger.json", "operator_floor.json", "fv_balance.json", "fno.json", "mgn.json",
+                 "mgn_faults.json", "second_task.json", "unified.json",
+                 "pinn.json")
+
+
+def ship(run: Path, study: str = "drift", root: Path = ROOT) -> Path:
+    """Copy a finished run's evidence into ``claims/<study>/evidence/<substrate>``
+    (a SciML run folder, recognised by its ``ledger.json``, goes to ``claims/sciml``)."""
+    if (run / "ledger.json").is_file() and not (run / "fetch").is_dir():
+        return _ship_files(run, root / "claims" / "sciml" / "evidence" / "kit",
+                           list(SCIML_SHIPPED), root)
+    substrate = str(read_json(run / "fetch" / "fetch.json")["substrate"])
+    target = root / "claims" / study / "evidence" / substrate
+    record = read_json(run / "score" / "score.json")
+    names = list(SHIPPED) + [d["path"] for d in record["tables"].values()]
+    return _ship_files(run, target, names, root)
+
+
+def _ship_files(run: Path, target: Path, names: list[str], root: Path) -> Path:
+    staging = target.with_name(target.name + ".tmp")
+    if staging.exists():
+        shutil.rmtree(staging)
+    for name in names:
+        if not (run / name).is_file():
+            raise KitError(f"{run / name}: missing; run every stage before shipping")
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(run / name, staging / name)
+    shutil.copyfile(run / MANIFEST, staging / "run-manifest.json")
+    for metadata in (REPLAY, MACHINE):
+        if (run / metadata).is_file():
+            shutil.copyfile(run / metadata, staging / metadata)
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+    write_manifests(root)
+    return target
+
+
+def run_manifest_problems(root: Path) -> list[str]:
+    """Every shipped run file must be the one its shipped ``run-manifest.json`` lists, and
+    a shipped ``replay.json`` must name that manifest's sha256 (what the replay compared)."""
+    problems = []
+    for manifest in sorted((root / "claims").glob("*/evidence/*/run-manifest.json")):
+        problems += collect(_shipped_run_problems, manifest)
+    return problems
+
+
+def _shipped_run_problems(manifest: Path) -> list[str]:
+    folder = manifest.parent
+    listed = read_shipped(manifest).get("files")
+    if not isinstance(listed, dict):
+        return [f"{manifest}: no 'files' mapping; {RESTORE}"]
+    problems = []
+    for path in plain_files(folder)[0]:  # a link is refused by coverage_problems
+        name = relative(path, folder)
+        if name in ("run-manifest.json", *UNHASHED):
+            continue
+        if name not in listed:
+            problems.append(f"{path}: shipped but not in {manifest}")
+        else:
+            problems += hash_problems(path, listed[name], manifest)
+    replay = folder / "replay.json"
+    if replay.is_file() and read_shipped(replay).get("first_manifest_sha256") != \
+            sha256(manifest, RESTORE):
+        problems.append(f"{replay}: compared another run manifest than {manifest}")
+    return problems
+
+
+def paper_pin_problems(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
+    """Evidence shipped for the paper's substrate must come from the pinned upstream
+    assets (``kit/drift/assets.py``): a run under another pins file (``--asset-pins``, e.g. the
+    tests' synthetic stand-ins) cannot reproduce the paper, so it is refused there."""
+    problems = []
+    for ledger in ledgers:
+        for name, substrate in ledger["substrates"].items():
+            record = root / substrate["evidence"] / "fetch" / "fetch.json"
+            if substrate["paper"] and record.is_file():
+                problems += collect(_pin_problems, record, name)
+    return problems
+
+
+def _pin_problems(record: Path, substrate: str) -> list[str]:
+    pins = read_shipped(record).get("asset_pins")
+    if pins == {"source": "kit/drift/assets.py"}:
+        return []
+    return [f"{record}: the {substrate} evidence was fetched under other asset pins than "
+            f"kit/drift/assets.py ({pins}); "
+            "only the pinned upstream assets can reproduce the paper"]
+
+
+def print_outcomes(outcomes: list[Outcome]) -> None:
+    print(f"{'claim':<8} {'substrate':<9} {'published':<28} {'recomputed':<24} "
+          f"{'status':<20} rule")
+    for o in outcomes:
+        paper = "" if o.effect is None or o.effect["ratio"] is None else \
+            f" [kit {_short(o.effect['kit'])} vs paper {_short(o.effect['paper'])}: " \
+            f"x{o.effect['ratio']:.3g}]"
+        print(f"{o.claim:<8} {o.substrate:<9} {o.published[:28]:<28} {o.recomputed[:24]:<24} "
+              f"{o.status:<20} {o.rule}{paper}" + (f" ({o.note})" if o.status == "not run here"
+                                                    else ""))
+
+
+def _short(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def count_statuses(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
+    """Per study, how many claim checks have each status (every status listed)."""
+    studies = sorted({o.study for o in outcomes})
+    return {study: {s: sum(1 for o in outcomes if o.study == study and o.status == s)
+                    for s in STATUSES} for study in studies}
+
+
+def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: bool = False,
+           expect_root: str | None = None, page: Path | None = None) -> int:
+    """Every check; returns the exit code (0 only with no ``differs`` and no failed check;
+    with ``strict_findings`` also none ``direction reversed``; with ``expect_root`` the
+    root digest must equal it)."""
+    start = time.monotonic()
+    clear_cache()
+    ledger_paths = sorted((root / "claims").glob("*.yaml"))
+    if not ledger_paths:
+        print(f"verify: no ledger in {root / 'claims'}", file=sys.stderr)
+        return 1
+    problems: list[str] = []
+    ledgers = []
+    for path in ledger_paths:
+        try:
+            ledgers.append(load_ledger(path))
+        except KitError as exc:
+            problems.append(str(exc))
+    for check in (check_manifests, run_manifest_problems, check_trajectories):
+        problems += collect(check, root)
+    for ledger_check in (check_schemas, paper_pin_problems):
+        problems += collect(ledger_check, root, ledgers)
+    outcomes: list[Outcome] = []
+    for ledger in ledgers:
+        try:
+            outcomes += evaluate(ledger, root, problems)
+        except KitError as exc:
+            problems.append(str(exc))
+    digest = root_digest(root)
+    if expect_root is not None and expect_root.lower() != digest:
+        problems.append(f"root digest {digest} differs from the expected {expect_root}")
+    print_outcomes(outcomes)
+    for problem in problems:
+        print(f"verify: FAIL {problem}", file=sys.stderr)
+    counts = count_statuses(outcomes)
+    reversed_ = [f"{o.claim}/{o.substrate}" for o in outcomes if o.status == "direction reversed"]
+    differing = [f"{o.claim}/{o.substrate}" for o in outcomes if o.status == "differs"]
+    ok = not problems and not differing and not (strict_findings and reversed_)
+    if reversed_:
+        print(f"verify: the paper's direction is reversed on the stand-in substrate for "
+              f"{len(reversed_)} claims"
+              f"{' (failures under --strict-findings)' if strict_findings else ''}: "
+              + ", ".join(reversed_))
+    if differing:
+        print(f"verify: {len(differing)} claims differ: " + ", ".join(differing))
+    report = {"ok": ok, "root": digest, "strict_findings": strict_findings,
+              "problems": problems, "counts": counts,
+              "claims": [o.as_dict() for o in outcomes]}
+    validate_report(report)
+    if json_out is not None:
+        write_atomic(json_out, canonical_json(report))
+    if page is not None:
+        from kit.claims.page import write_page
+
+        print(f"verify: claims page {write_page(report, page)}")
+    for study, found in counts.items():
+        print(f"verify: {study}: " + ", ".join(f"{n} {s}" for s, n in found.items() if n))
+    print(f"verify: {len(outcomes)} claim checks, {len(problems)} failed checks, "
+          f"{time.monotonic() - start:.1f} s; root {digest}; {'OK' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+def validate_report(report: dict[str, Any]) -> None:
+    """verify's own output against ``kit/schemas/verify_report.schema.json``."""
+    problems = schema_problems(report, "verify_report.schema.json", Path("verify report"))
+    if problems:
+        raise KitError("; ".join(problems))

@@ -1,0 +1,114 @@
+"""``nox -s bench``: the infer stage's wall time against its floor, and the nested
+bootstrap's vectorised engine against a plain per-replicate loop.
+
+The floor (kit/runtime/floor.py) runs the same inferences in one in-process onnxruntime loop of
+the same runtime environment: sessions built once per model, no validation, no files.
+The kit's time is the wall time of ``run_jobs`` over those jobs (process start, imports,
+validation, batching, deterministic .npz writing and metadata). Target: ratio <= 1.3.
+
+Bootstrap: 5,000 nested detection replicates over the run's primary table with
+``kit.drift.bootstrap.detection_replicates`` (target <= 5 s); the loop
+(``kit.drift.bootstrap.loop_nested``, the scalar calibration rule per replicate) runs a sample of
+replicates and is extrapolated; both must give the same numbers on that sample.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kit.drift.protocol import PROTOCOL, load_protocol
+from kit.drift.stages.infer import plan
+from kit.errors import KitError
+from kit.files import canonical_json
+from kit.runfolder import Run, default_run
+from kit.runtime.backends import run_jobs
+from kit.runtime.runtimes import get_runtime
+from kit.runtime.venvs import ensure_runtime
+
+FLOOR = Path(__file__).resolve().parents[1] / "runtime" / "floor.py"
+TARGET = 1.3
+BOOTSTRAP_TARGET_S = 5.0
+
+
+def bench_infer(run_dir: Path | None = None, model: str = "resnet20",
+                protocol_file: Path = PROTOCOL, runtime: str = "cand") -> dict[str, Any]:
+    """Time one model's candidate jobs of the infer stage against the floor."""
+    protocol = load_protocol(protocol_file)
+    run = Run(run_dir) if run_dir else default_run(protocol["substrate_default"])
+    role = "candidate" if runtime == "cand" else "reference"
+    jobs = [job for job in plan(protocol, run)[role] if f"/{model}/" in job["output"]]
+    if not jobs:
+        raise KitError(f"{run.root}: no {runtime} jobs for {model}; run the stages first")
+    python = ensure_runtime(runtime)
+    with tempfile.TemporaryDirectory(prefix="kit-bench-") as tmp:
+        spec = Path(tmp) / "jobs.json"
+        spec.write_bytes(canonical_json({"jobs": jobs}))
+        proc = subprocess.run([str(python), "-I", str(FLOOR), "--jobs", str(spec),
+                               "--in-root", str(run.root)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise KitError(f"floor run failed: {proc.stderr[-2000:]}")
+        floor = json.loads(proc.stdout)["seconds"]
+        start = time.perf_counter()
+        run_jobs(get_runtime(runtime), jobs, run.root, Path(tmp) / "out", "venv")
+        kit = time.perf_counter() - start
+    result = {"model": model, "runtime": runtime, "jobs": len(jobs), "floor_s": round(floor, 3),
+              "kit_s": round(kit, 3), "ratio": round(kit / floor, 3), "target": TARGET}
+    print(json.dumps(result))
+    return result
+
+
+def bench_bootstrap(run_dir: Path | None = None, protocol_file: Path = PROTOCOL,
+                    loop_replicates: int = 100) -> dict[str, Any]:
+    """Time the vectorised nested bootstrap against the per-replicate loop."""
+    import numpy as np
+
+    from kit.drift import bootstrap as engine
+    from kit.drift.recompute import Evidence
+
+    protocol = load_protocol(protocol_file)
+    run = Run(run_dir) if run_dir else default_run(protocol["substrate_default"])
+    evidence = Evidence(run.root)
+    table = evidence.table()
+    cal, held = evidence.images("calibration"), evidence.images("heldout")
+    replicates, seed = protocol["bootstrap"]["nested_replicates"], \
+        protocol["seeds"]["bootstrap_nested"]
+    start = time.perf_counter()
+    engine.detection_replicates(table, cal, held, replicates, seed, True, evidence.quantile)
+    vectorised = time.perf_counter() - start
+    start = time.perf_counter()
+    slow = engine.loop_nested(table, cal, held, loop_replicates, seed, evidence.quantile)
+    loop = (time.perf_counter() - start) * replicates / loop_replicates
+    check = engine.detection_replicates(table, cal, held, loop_replicates, seed, True,
+                                        evidence.quantile)
+    agree = all(np.array_equal(check[k], slow[k]) for k in slow)
+    result = {"replicates": replicates, "vectorised_s": round(vectorised, 3),
+              "loop_s_extrapolated": round(loop, 1), "speedup": round(loop / vectorised, 1),
+              "loop_sample": loop_replicates, "agree_on_sample": agree,
+              "target_s": BOOTSTRAP_TARGET_S, "rows": len(table["model"])}
+    print(json.dumps(result))
+    return result
+
+
+def passes(infer: dict[str, Any], nested: dict[str, Any]) -> bool:
+    """The bench rule: infer within ``TARGET`` times its floor, and the vectorised nested
+    bootstrap within ``BOOTSTRAP_TARGET_S`` and equal to the loop on its sample."""
+    return bool(infer["ratio"] <= infer["target"] and nested["agree_on_sample"]
+                and nested["vectorised_s"] <= nested["target_s"])
+
+
+def bench(run_dir: Path | None = None) -> int:
+    """``python -m kit bench``: both benchmarks on the run folder; exit code of the rule."""
+    nested = bench_bootstrap(run_dir)
+    infer = bench_infer(run_dir)
+    ok = passes(infer, nested)
+    print(f"bench: infer {infer['ratio']}x its floor (target <= {infer['target']}), nested "
+          f"bootstrap {nested['vectorised_s']} s (target <= {nested['target_s']} s, equal to "
+          f"the loop on its sample: {nested['agree_on_sample']}); "
+          f"{'OK' if ok else 'FAILED'}")
+    return 0 if ok else 1
+

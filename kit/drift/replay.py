@@ -1,0 +1,142 @@
+"""Replay: rerun the drift pipeline (or named stages) into a fresh run folder and compare
+every hashed output byte for byte with the first run.
+
+Stages before the first replayed one are hard-linked from the first run, so
+``--stages score bootstrap`` replays the analysis on the very same raw outputs. On a
+mismatch the report names the first differing file and, for .npz files, the first
+differing array and element with both values, and each differing array's maximum absolute
+and relative deviation; for text files the first differing line. The run folders are read
+through ``kit.files``: a manifest, ``machine.json`` or an .npz that cannot be read is an
+error naming it, not a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kit.errors import KitError
+from kit.files import canonical_json, load_npz, read_bytes, read_json, sha256, write_atomic
+from kit.runfolder import MACHINE, MANIFEST, REPLAY, check_manifest
+
+RERUN = "rerun that run (nox -s reproduce) or restore the folder"
+
+
+def _npz_difference(a: Path, b: Path) -> dict[str, Any]:
+    left, right = load_npz(a), load_npz(b)
+    found: dict[str, Any] = {"arrays": []}
+    for name in sorted(set(left) | set(right)):
+        if name not in left or name not in right:
+            found["arrays"].append({"array": name, "only_in": "first" if name in left
+                                    else "replay"})
+            continue
+        x, y = left[name], right[name]
+        if x.shape != y.shape or x.dtype != y.dtype:
+            found["arrays"].append({"array": name, "first_shape": list(x.shape),
+                                    "replay_shape": list(y.shape), "first_dtype": str(x.dtype),
+                                    "replay_dtype": str(y.dtype)})
+            continue
+        unequal = x != y
+        if x.dtype.kind == "f":
+            unequal &= ~(np.isnan(x) & np.isnan(y))
+        if not unequal.any():
+            continue
+        index = np.unravel_index(int(np.argmax(unequal)), x.shape)
+        entry: dict[str, Any] = {"array": name, "element": [int(i) for i in index],
+                                 "first": x[index].item(), "replay": y[index].item(),
+                                 "elements_differing": int(unequal.sum())}
+        if x.dtype.kind in "fiu":
+            dx = np.abs(x.astype(np.float64) - y.astype(np.float64))[unequal]
+            scale = np.abs(x.astype(np.float64))[unequal]
+            entry["max_abs"] = float(dx.max())
+            entry["max_rel"] = float(np.max(dx / np.where(scale > 0, scale, np.inf)))
+        found["arrays"].append(entry)
+    return found
+
+
+def _text_difference(a: Path, b: Path) -> dict[str, Any]:
+    left = read_bytes(a).decode(errors="replace").splitlines()
+    right = read_bytes(b).decode(errors="replace").splitlines()
+    for number, (x, y) in enumerate(zip(left, right, strict=False), 1):
+        if x != y:
+            return {"line": number, "first": x[:200], "replay": y[:200]}
+    return {"line": min(len(left), len(right)) + 1, "first_lines": len(left),
+            "replay_lines": len(right)}
+
+
+def compare_runs(first: Path, second: Path) -> dict[str, Any]:
+    """Compare the hashed outputs of two run folders (their manifests)."""
+    a, b = (_listed(root) for root in (first, second))
+    differing = sorted(n for n in set(a) | set(b) if a.get(n) != b.get(n))
+    report: dict[str, Any] = {"compared": len(a), "identical": not differing,
+                              "differing": differing[:50], "differing_count": len(differing),
+                              "first_manifest_sha256": sha256(first / MANIFEST),
+                              "first_manifest_ok": check_manifest(first) == [],
+                              "replay_manifest_ok": check_manifest(second) == [],
+                              "machines": _machines(first, second)}
+    if differing:
+        name = differing[0]
+        detail: dict[str, Any] = {"file": name}
+        if name not in a or name not in b:
+            detail["only_in"] = "first" if name in a else "replay"
+        elif name.endswith(".npz"):
+            detail.update(_npz_difference(first / name, second / name))
+        else:
+            detail.update(_text_difference(first / name, second / name))
+        report["first_difference"] = detail
+    return report
+
+
+def _listed(root: Path) -> dict[str, str]:
+    """The files a run folder's manifest lists (relative path: sha256)."""
+    path = root / MANIFEST
+    if not path.is_file():
+        raise KitError(f"{path}: no run manifest to compare")
+    listed = read_json(path, RERUN)
+    files = listed.get("files") if isinstance(listed, dict) else None
+    if not isinstance(files, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise KitError(f"{path}: not a run manifest (a 'files' mapping of relative path to "
+                       f"sha256); {RERUN}")
+    return files
+
+
+def _machines(first: Path, second: Path) -> dict[str, Any]:
+    """Whether both runs ran on the same machine (their unhashed ``machine.json``), kept
+    apart from the result comparison: across machines the claim rules decide, not bytes."""
+    paths = [root / MACHINE for root in (first, second)]
+    if not all(path.is_file() for path in paths):
+        return {"same": None, "note": "a run folder has no machine.json"}
+    a, b = (_machine(path) for path in paths)
+    differing = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    return {"same": not differing, "differing": differing}
+
+
+def _machine(path: Path) -> dict[str, Any]:
+    found = read_json(path, RERUN)
+    if not isinstance(found, dict):
+        raise KitError(f"{path}: not a machine fingerprint (a JSON object); {RERUN}")
+    return found
+
+
+def prepare(first: Path, target: Path, stages: tuple[str, ...], order: tuple[str, ...]
+            ) -> None:
+    """A fresh replay folder holding (hard links to) the stages before the first replayed."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    start = min(order.index(s) for s in stages)
+    for stage in order[:start]:
+        if not (first / stage).is_dir():
+            raise KitError(f"{first / stage}: the first run lacks stage {stage!r} to replay from")
+        shutil.copytree(first / stage, target / stage, copy_function=os.link)
+
+
+def write_report(first: Path, report: dict[str, Any]) -> Path:
+    path = first / REPLAY
+    write_atomic(path, canonical_json(report))
+    return path

@@ -1,0 +1,123 @@
+"""Stage fetch: the substrate's images and the three models, exported to ONNX.
+
+- ``digits`` (offline default): scikit-learn's digits brought to 32x32x3 (kit/drift/digits.py);
+  the three architectures trained deterministically on the images outside the 600-image
+  sample (kit/drift/train.py, cached by content hash); normalisation from that training pool.
+- ``cifar100``: the pinned archive and checkpoints, from the network or ``--assets DIR``,
+  each hash-checked before use; the test split decoded by the restricted unpickler; the
+  state_dicts loaded strictly into the kit's own architectures. The pins are
+  ``kit/drift/assets.py``'s unless a pins file (``--asset-pins FILE``) replaces them; the record
+  says which (``asset_pins``).
+
+Each model is exported twice: the plain graph (logits) and an instrumented copy with one
+activation sketch per convolution (kit/drift/instrument.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kit.drift.assets import Pins, check_mirror, load_pins
+from kit.drift.assets import fetch as fetch_asset
+from kit.drift.export import export_onnx
+from kit.drift.instrument import instrument
+from kit.drift.models import load_checkpoint
+from kit.errors import KitError
+from kit.files import canonical_json, sha256, write_atomic, write_npz
+from kit.paths import cache_dir
+from kit.runfolder import TRAINING_CACHE, Progress, Run
+
+SUBSTRATES = ("digits", "cifar100")
+# images, labels, normalisation mean, std, and per model (weights file, its provenance)
+Loaded = tuple[Any, Any, list[float], list[float], dict[str, tuple[Path, dict[str, Any]]]]
+
+
+def _digits(protocol: dict[str, Any], run: Run) -> Loaded:
+    from kit.drift.digits import load_digits_rgb32
+    from kit.drift.split import round_robin_sample, training_pool
+    from kit.drift.train import Recipe, channel_stats, train_cached
+
+    images, labels = load_digits_rgb32()
+    sample = round_robin_sample(labels, protocol["sample"]["size"], protocol["seeds"]["sample"])
+    pool = training_pool(len(labels), sample)
+    mean, std = channel_stats(images[pool])
+    training = protocol["training"]
+    knobs = {k: training[k] for k in ("batch_size", "max_lr", "momentum", "weight_decay",
+                                      "rotate_degrees", "shift_pixels", "threads")}
+    weights, cache = {}, {}
+    progress = Progress("fetch: training", len(protocol["models"]))
+    for name in protocol["models"]:
+        recipe = Recipe(name, epochs=training["epochs"][name], seed=protocol["seeds"]["training"],
+                        **knobs)
+        path, record, cached = train_cached(recipe, images[pool], labels[pool], 10,
+                                            cache_dir() / "digits-models")
+        # The cache key hashes the training code's bytes, and whether the weights came
+        # from the cache depends on this machine's history: run metadata, not evidence, so
+        # that moving or editing the code leaves the hashed record (and a replay) unchanged.
+        cache[name] = {"cache_key": record["cache_key"], "cached": cached}
+        record = {**{k: v for k, v in record.items() if k != "cache_key"},
+                  "weights": "trained by the kit"}
+        weights[name] = (path, record)
+        progress.step(f"{name} ({'cached' if cached else 'trained'})")
+    write_atomic(run.root / TRAINING_CACHE, canonical_json({"models": cache}))
+    return images, labels, mean, std, weights
+
+
+def _cifar100(protocol: dict[str, Any], run: Run, assets: Path | None, pins: Pins) -> Loaded:
+    from kit.drift.cifar import load_cifar100_test
+
+    store = pins.store(cache_dir() / "assets")
+    if assets is not None:  # every file the mirror lacks or holds wrongly, in one error
+        check_mirror([asset for asset in pins.assets(protocol["models"])
+                      if not (store / asset.name).exists()], assets)
+    archive, archive_sha = fetch_asset(pins.archive, store, assets)
+    images, labels, _ = load_cifar100_test(archive, run.stage("fetch") / "extracted",
+                                           pins.members)
+    mean, std = (list(v) for v in protocol["substrates"]["cifar100"]["normalisation"])
+    weights = {}
+    for name in protocol["models"]:
+        checkpoint = pins.checkpoint(name)
+        path, sha = fetch_asset(checkpoint, store, assets)
+        weights[name] = (path, {"weights": "chenyaofo checkpoint", "sha256": sha,
+                                "pin": checkpoint.pin(), "archive_sha256": archive_sha})
+    return images, labels, mean, std, weights
+
+
+def run_fetch(protocol: dict[str, Any], run: Run, substrate: str,
+              assets: Path | None = None, asset_pins: Path | None = None) -> dict[str, Any]:
+    """Fetch or train, then export every model; returns the stage record. ``asset_pins``
+    names a pins file that replaces ``kit/drift/assets.py``'s pins (``cifar100`` only)."""
+    if substrate not in SUBSTRATES:
+        raise KitError(f"unknown substrate {substrate!r}; choose from {SUBSTRATES}")
+    pinned: dict[str, Any] = {}
+    if substrate == "digits":
+        if asset_pins is not None:
+            raise KitError(f"{asset_pins}: asset pins apply to the cifar100 substrate only; "
+                           "digits fetches nothing")
+        images, labels, mean, std, weights = _digits(protocol, run)
+    else:
+        pins = load_pins(asset_pins)
+        pinned = {"asset_pins": pins.record()}
+        images, labels, mean, std, weights = _cifar100(protocol, run, assets, pins)
+    classes = protocol["substrates"][substrate]["classes"]
+    out = run.stage("fetch")
+    write_npz(out / "dataset.npz", {"images": np.asarray(images, np.uint8),
+                                    "labels": np.asarray(labels, np.int64)})
+    models: dict[str, Any] = {}
+    for name in protocol["models"]:
+        path, record = weights[name]
+        model = load_checkpoint(name, path, classes)
+        plain = export_onnx(model, out / "models" / f"{name}.onnx", (1, 3, 32, 32))
+        sketches = instrument(plain, out / "models" / f"{name}.sketch.onnx",
+                              protocol["instrumentation"]["max_values"])
+        models[name] = {"onnx": plain.relative_to(run.root).as_posix(),
+                        "sketch_onnx": f"fetch/models/{name}.sketch.onnx",
+                        "onnx_sha256": sha256(plain), "sketch_outputs": len(sketches),
+                        "weights_sha256": sha256(path), "source": record}
+    result = {"substrate": substrate, "classes": classes, "mean": mean, "std": std,
+              "images": len(images), "models": models, **pinned}
+    run.write_record("fetch", result)
+    return result

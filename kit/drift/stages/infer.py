@@ -1,0 +1,108 @@
+"""Stage infer: every model under every runtime cell on every image condition.
+
+Cells (runtime, graph optimisation): ``ref`` (1.20.1, off) and ``cand`` (1.29.0, on) are
+the study's pair; ``ref-on`` (1.20.1, on) and ``cand-off`` (1.29.0, off) complete the 2x2
+factor isolation. The reference runs the clean model (plain and sketch graphs) on every
+condition; the candidate runs the clean and every faulty model (plain and sketch) on
+every condition; all four cells run the clean and every faulty plain graph on ``orig``
+and the primary rotation (the factor analysis over the full fault matrix, beyond the
+paper). One worker process per runtime for the whole stage.
+
+Resumable: a job is skipped when its output exists, hashes to what its ``.meta.json``
+records, and that record names the current model's and inputs' sha256 (a damaged record
+means the job runs again). Outputs are written under temporary names and renamed, so an
+interrupted run leaves nothing that looks complete; the next command in the run folder
+removes the temporaries (``kit/runlock.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kit.files import sha256
+from kit.runfolder import Run, say
+from kit.runtime.backends import run_jobs
+from kit.runtime.runtimes import Runtime, get_runtime
+from kit.runtime.worker import meta_path
+
+CELLS = {"ref": ("reference", "disable_all"), "cand": ("candidate", "enable_all"),
+         "ref-on": ("reference", "enable_all"), "cand-off": ("candidate", "disable_all")}
+
+
+def output_path(cell: str, model: str, variant: str, graph: str, cond: str) -> str:
+    """Where one inference lands, relative to ``<run>/infer``."""
+    return f"{cell}/{model}/{variant}/{graph}-{cond}.npz"
+
+
+def plan(protocol: dict[str, Any], run: Run) -> dict[str, list[dict[str, Any]]]:
+    """Every job of the stage by runtime role, grouped so that one model file at one
+    optimisation level runs all its conditions in a row."""
+    fetched, split, faults = run.record("fetch"), run.record("split"), run.record("fault")
+    conds = list(split["conditions"])
+    primary = next(name for name, c in split["conditions"].items() if c.get("primary"))
+    factor_conds = ["orig", primary]
+    jobs: dict[str, list[dict[str, Any]]] = {"reference": [], "candidate": []}
+    for model in protocol["models"]:
+        entry = fetched["models"][model]
+        variants = [("clean", entry["onnx"], entry["sketch_onnx"])]
+        variants += [(f["id"], f["onnx"], f["sketch_onnx"])
+                     for f in faults["faults"] if f["model"] == model]
+        for variant, plain, sketch in variants:
+            groups = [("cand", "plain", plain, conds), ("cand", "sketch", sketch, conds)]
+            if variant == "clean":
+                groups += [("ref", "plain", plain, conds), ("ref", "sketch", sketch, conds)]
+            else:
+                groups += [("ref", "plain", plain, factor_conds)]
+            groups += [("ref-on", "plain", plain, factor_conds),
+                       ("cand-off", "plain", plain, factor_conds)]
+            for cell, graph, onnx, cell_conds in groups:
+                role, level = CELLS[cell]
+                for cond in cell_conds:
+                    out = output_path(cell, model, variant, graph, cond)
+                    jobs[role].append({"id": out.removesuffix(".npz"), "model": onnx,
+                                       "inputs": f"split/inputs/{cond}.npz",
+                                       "graph_optimization": level, "output": out})
+    return jobs
+
+
+def is_done(run: Run, job: dict[str, Any], hashes: dict[str, str]) -> bool:
+    """True when the job's output is complete and was made from the current files."""
+    output = run.stage("infer") / job["output"]
+    meta = meta_path(output)
+    if not output.is_file() or not meta.is_file():
+        return False
+    try:  # a damaged record (the file edited, the disk failing) is a job to run again
+        record = json.loads(meta.read_bytes())
+    except ValueError:
+        return False
+    if not isinstance(record, dict):
+        return False
+    for key, name in (("model_sha256", job["model"]), ("inputs_sha256", job["inputs"])):
+        if name not in hashes:
+            hashes[name] = sha256(run.root / name)
+        if record.get(key) != hashes[name]:
+            return False
+    return bool(record.get("output_sha256") == sha256(output)
+                and record.get("session_options", {}).get("graph_optimization")
+                == job["graph_optimization"])
+
+
+def run_infer(protocol: dict[str, Any], run: Run, backend: str | None = None
+              ) -> dict[str, Any]:
+    """Run every pending job, one worker process per runtime; returns the stage record."""
+    jobs = plan(protocol, run)
+    hashes: dict[str, str] = {}
+    index = []
+    for role, role_jobs in jobs.items():
+        runtime: Runtime = get_runtime(protocol["runtimes"][role])
+        pending = [job for job in role_jobs if not is_done(run, job, hashes)]
+        say(f"infer: {runtime.name}: {len(pending)} of {len(role_jobs)} jobs to run")
+        if pending:
+            run_jobs(runtime, pending, run.root, run.stage("infer"), backend, progress=say)
+        index += [{"id": job["id"], "runtime": runtime.name, "output": job["output"],
+                   "model": job["model"], "inputs": job["inputs"],
+                   "graph_optimization": job["graph_optimization"]} for job in role_jobs]
+    record = {"jobs": sorted(index, key=lambda j: j["id"]), "count": len(index)}
+    run.write_record("infer", record)
+    return record

@@ -1,0 +1,163 @@
+"""The run folder of the drift study: where each stage reads and writes, the run
+manifest (sha256 of every file), and progress lines for long stages.
+
+    <run>/fetch/   dataset.npz, models/<m>.onnx, models/<m>.sketch.onnx, fetch.json
+    <run>/split/   sample.json, images/<cond>.npz, inputs/<cond>.npz, split.json
+    <run>/fault/   models/<m>/<fault>.onnx, faults.json, severity.json
+    <run>/infer/   <cell>/<m>/<variant>/<graph>-<cond>.npz (+ .meta.json), infer.json
+    <run>/score/   cases/<cell>-<cond>.npz, layers.npz, clean-logits.npz, summary.json
+    <run>/bootstrap/  replicates.npz, summary.json;  <run>/sensitivity/summary.json
+    <run>/manifest.json
+
+Not hashed (run metadata, not results): ``<run>/timings.json`` (wall time per stage),
+``<run>/machine.json`` (the machine fingerprint of the last stage run),
+``<run>/replay.json`` (the last replay's comparison), ``<run>/.lock`` (the pid of the
+command holding the folder), ``<run>/run.json`` (the sha256 of the protocol the folder was
+started with; ``kit/runlock.py``), ``<run>/training-cache.json`` (the digits
+models' training-cache keys, which hash the training code, and whether each came from the
+cache), temporaries (``*.tmp``, removed when a command
+takes the folder), ``<run>/steps/`` (the SciML pipeline's per-step state) and
+``<run>/report/`` (tables, figures and the HTML page, which show the
+timings and the machine), so a replay compares results only.
+
+A stage's record (``<stage>/<stage>.json``) is written last and removed when the stage
+starts, so it marks a stage that finished: a killed stage leaves none.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kit.errors import FileFormatError, KitError
+from kit.files import canonical_json, read_json, sha256, write_atomic
+from kit.paths import ROOT
+
+MANIFEST = "manifest.json"
+TIMINGS = "timings.json"
+MACHINE = "machine.json"
+REPLAY = "replay.json"
+LOCK = ".lock"
+RUN_STATE = "run.json"
+TRAINING_CACHE = "training-cache.json"  # the digits models' cache keys (code hashes)
+TEMPORARY = ".tmp"  # the suffix of every temporary name a writer renames into place
+# Run metadata beside the results, never inside the run manifest.
+UNHASHED = (MANIFEST, TIMINGS, MACHINE, REPLAY, LOCK, RUN_STATE, TRAINING_CACHE)
+STEPS_DIR = "steps"  # the SciML pipeline's per-step state (kit/sciml/pipeline.py)
+UNHASHED_DIRS = ("report", STEPS_DIR)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run folder for one substrate."""
+
+    root: Path
+
+    def stage(self, name: str) -> Path:
+        return self.root / name
+
+    def record_path(self, stage: str) -> Path:
+        return self.root / stage / f"{stage}.json"
+
+    def record(self, stage: str) -> dict[str, Any]:
+        """A finished stage's record (``<stage>/<stage>.json``); KitError when absent or
+        damaged."""
+        path = self.record_path(stage)
+        if not path.is_file():
+            raise KitError(f"{path}: stage {stage!r} has not run in {self.root}; run it first "
+                           f"(nox -s {stage})")
+        fix = (f"delete the stage folder {path.parent} and rerun the stage "
+               f"(python -m kit stage {stage} --run {self.root}, with the run's --protocol)")
+        record = read_json(path, fix)
+        if not isinstance(record, dict):
+            raise FileFormatError(f"{path}: not a JSON object; {fix}")
+        return record
+
+    def forget(self, stage: str) -> None:
+        """Remove a stage's record as the stage starts: until it finishes, it has not run."""
+        self.record_path(stage).unlink(missing_ok=True)
+
+    def write_record(self, stage: str, record: dict[str, Any]) -> Path:
+        """Write a stage record, then refresh the run manifest."""
+        path = self.record_path(stage)
+        write_atomic(path, canonical_json(record))
+        write_manifest(self.root)
+        return path
+
+
+def default_run(substrate: str) -> Run:
+    """``<repo>/runs/<substrate>``."""
+    return Run(ROOT / "runs" / substrate)
+
+
+def hashed_files(root: Path) -> list[Path]:
+    """Every result file of a run folder (sorted): not the manifest, the timings, the
+    report or a temporary file."""
+    return [path for path in sorted(root.rglob("*"))
+            if path.is_file() and not path.name.endswith(TEMPORARY)
+            and path.relative_to(root).as_posix() not in UNHASHED
+            and path.relative_to(root).parts[0] not in UNHASHED_DIRS]
+
+
+def record_timing(run: Run, stage: str, seconds: float) -> None:
+    """Add one stage's wall time to the (unhashed) timings file, and write the machine
+    fingerprint beside it (byte identity holds per machine, so a run says which one)."""
+    from kit.runtime.machine import fingerprint
+
+    write_atomic(run.root / MACHINE, canonical_json(fingerprint()))
+    path = run.root / TIMINGS
+    timings = read_json(path, f"delete {path} (wall times only)") if path.is_file() else {}
+    timings = timings if isinstance(timings, dict) else {}
+    timings[stage] = round(seconds, 1)
+    write_atomic(path, canonical_json(timings))
+
+
+def write_manifest(root: Path) -> Path:
+    """sha256 of every result file under ``root`` (sorted relative paths)."""
+    files = {path.relative_to(root).as_posix(): sha256(path) for path in hashed_files(root)}
+    target = root / MANIFEST
+    write_atomic(target, canonical_json({"files": files}))
+    return target
+
+
+def check_manifest(root: Path) -> list[str]:
+    """Problems between the run folder and its manifest (empty when they agree)."""
+    path = root / MANIFEST
+    if not path.is_file():
+        return [f"{path}: no run manifest"]
+    fix = f"delete {path} and rerun the last stage"
+    manifest = read_json(path, fix)
+    listed = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(listed, dict):
+        return [f"{path}: no 'files' mapping; {fix}"]
+    present = {p.relative_to(root).as_posix() for p in hashed_files(root)}
+    problems = [f"{root / name}: listed but missing" for name in sorted(set(listed) - present)]
+    problems += [f"{root / name}: present but not listed" for name in sorted(present - set(listed))]
+    problems += [f"{root / name}: sha256 differs from the manifest"
+                 for name in sorted(set(listed) & present)
+                 if sha256(root / name) != listed[name]]
+    return problems
+
+
+class Progress:
+    """Count, rate and ETA on stderr for a stage with a known number of steps."""
+
+    def __init__(self, what: str, total: int) -> None:
+        self.what, self.total, self.done = what, total, 0
+        self.start = time.monotonic()
+
+    def step(self, note: str = "") -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.start
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.done) / rate if rate > 0 else 0.0
+        print(f"{self.what}: {self.done}/{self.total} ({rate:.2f}/s, eta {eta:.0f} s) {note}",
+              file=sys.stderr, flush=True)
+
+
+def say(line: str) -> None:
+    """A progress line for a person watching a stage."""
+    print(line, file=sys.stderr, flush=True)

@@ -1,0 +1,163 @@
+"""One kit command at a time in a run folder, under one protocol.
+
+    run_folder        the ``--run`` path checked (a folder, or creatable as one) at the boundary
+    hold              an exclusive, non-blocking ``flock`` on ``<run>/.lock`` for a whole
+                      command; the holder writes its pid there, a second command is refused
+                      at once naming it; once held, stale temporaries are removed
+    check_protocol    the folder's protocol sha256 (``<run>/run.json``), recorded at first
+                      start; a run under another protocol is refused
+
+Both files are run metadata, outside the run manifest (``common.UNHASHED``), so a replay
+still compares results only. ``hold`` is re-entrant within a process (``reproduce`` holds
+the folder and runs each stage, which holds it again).
+
+Temporaries (``*.tmp``: ``kit.runtime.worker.write_atomic``'s ``.NAME.<random>.tmp``, the exporter's
+``.NAME.tmp``) are what a killed writer leaves; nothing else writes into a held folder,
+so at the first hold they are removed. A worker orphaned by a kill of the orchestrator
+alone (not of its process group) dies at its next progress line (its stderr pipe is
+closed); a temporary it still writes then fails to rename, and nothing complete is lost.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kit.errors import RunFolderError, RunLocked
+from kit.files import canonical_json, read_json, write_atomic
+from kit.runfolder import LOCK, RUN_STATE, TEMPORARY, say
+
+# folders this process holds: resolved root -> [lock file descriptor, depth]
+_HELD: dict[Path, list[int]] = {}
+PID_WAIT_S = 0.5  # how long a refused command waits for a new holder to write its pid
+
+
+def run_folder(root: Path, create: bool = True) -> Path:
+    """``root`` resolved, once it is a folder (made when missing and ``create``);
+    RunFolderError naming the path when it is a file or under one, or missing."""
+    for path in (root, *root.parents):
+        if path.exists() or path.is_symlink():
+            if not path.is_dir():
+                what = "a file" if path.is_file() else "not a folder"
+                where = f"is {what}" if path == root else f"lies under {path}, {what}"
+                raise RunFolderError(f"{root}: {where}, not a run folder; pass --run a folder "
+                                     "(it is made when missing)")
+            break
+    if not root.is_dir():
+        if not create:
+            raise RunFolderError(f"{root}: no such run folder; run `python -m kit reproduce "
+                                 f"--run {root}` first")
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RunFolderError(f"{root}: cannot make the run folder ({exc.strerror or exc})"
+                                 "; pass --run a folder you can write") from exc
+    return root.resolve()
+
+
+@contextmanager
+def hold(root: Path, create: bool = True) -> Iterator[Path]:
+    """Hold ``root``'s lock for the block (re-entrant); yields the resolved folder."""
+    key = run_folder(root, create)
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield key
+        finally:
+            _HELD[key][1] -= 1
+        return
+    fd = _acquire(key / LOCK)
+    _HELD[key] = [fd, 1]
+    try:
+        remove_temporaries(key)
+        yield key
+    finally:
+        del _HELD[key]
+        _release(fd)
+
+
+def _acquire(path: Path) -> int:
+    """The locked descriptor of ``path`` with this pid written in; RunLocked at once when
+    another process holds it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise RunFolderError(f"{path}: cannot open the run folder's lock file "
+                             f"({exc.strerror or exc}); pass --run a folder you can write"
+                             ) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(fd)
+        os.close(fd)
+        raise RunLocked(f"{path}: another kit command ({holder}) is running in "
+                        f"{path.parent}; wait until it ends, or use another --run folder"
+                        ) from None
+    except OSError as exc:
+        os.close(fd)
+        raise RunFolderError(f"{path}: cannot lock the run folder ({exc.strerror or exc}); "
+                             "use a --run folder on a local file system") from exc
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _holder(fd: int) -> str:
+    """``pid N`` as the holder wrote it (it writes just after it locks, so wait briefly)."""
+    deadline = time.monotonic() + PID_WAIT_S
+    while True:
+        written = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        if written or time.monotonic() > deadline:
+            return f"pid {written}" if written.isdigit() else "pid unknown"
+        time.sleep(0.02)
+
+
+def _release(fd: int) -> None:
+    """Clear the pid, unlock and close (the kernel unlocks too when a holder is killed)."""
+    try:
+        os.ftruncate(fd, 0)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def remove_temporaries(root: Path) -> list[Path]:
+    """Remove every temporary file (``*.tmp``) under ``root``; returns them. Call it only
+    while holding ``root``: then no live writer owns one."""
+    stale = [path for path in sorted(root.rglob(f"*{TEMPORARY}")) if path.is_file()]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if stale:
+        say(f"run: removed {len(stale)} stale temporary files of a killed run in {root}")
+    return stale
+
+
+def protocol_digest(protocol: dict[str, Any]) -> str:
+    """sha256 of the protocol's canonical JSON (its content, not its layout or comments)."""
+    return hashlib.sha256(canonical_json(protocol)).hexdigest()
+
+
+def check_protocol(root: Path, protocol: dict[str, Any], source: Path) -> str:
+    """Record the protocol's digest in ``<root>/run.json`` at first start, or refuse a
+    protocol other than the recorded one; returns the digest. Call it while holding root."""
+    path = root / RUN_STATE
+    digest = protocol_digest(protocol)
+    fix = f"delete {root} and run again"
+    state = read_json(path, fix) if path.is_file() else {}
+    if not isinstance(state, dict):
+        raise RunFolderError(f"{path}: not a JSON object; {fix}")
+    recorded = state.get("protocol_sha256")
+    if recorded is None:
+        write_atomic(path, canonical_json({**state, "protocol_sha256": digest}))
+    elif recorded != digest:
+        raise RunFolderError(
+            f"{path}: this run folder was started with the protocol of sha256 {recorded}, "
+            f"not {source} (sha256 {digest}); use another --run folder for this protocol, "
+            f"or delete {root} to start it again under this one")
+    return digest

@@ -1,0 +1,201 @@
+"""Backends that run the worker for one runtime: ``docker`` and ``venv``.
+
+Both run the very same ``kit/runtime/worker.py`` over the same job list, once per call (one
+process for every job of a stage and runtime). The job list and inputs sit in folders the
+worker may only read; it writes into ``out_root`` alone.
+
+- ``docker``: ``docker run`` of the runtime's image, with ``--network none``, a read-only
+  root filesystem, no capabilities, a non-root user and limits on memory (no swap), CPUs
+  and processes (``docker_limits``); the jobs and inputs folders are mounted read-only
+  and the output folder writable.
+- ``venv``: the runtime's virtual environment, built from the same lock as its image.
+
+``select_backend(None)`` picks docker when a daemon answers, else venv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kit.errors import BackendUnavailable, ImageError, WorkerFailed
+from kit.runtime.runtimes import Runtime
+from kit.runtime.scratch import scratch
+from kit.runtime.venvs import ensure_runtime
+from kit.runtime.worker import canonical_json
+
+WORKER = Path(__file__).with_name("worker.py")
+BACKENDS = ("docker", "venv")
+CONTAINER_UID = 10001  # the image's unprivileged user, used when the host user is root
+# A worker container's limits. Inputs are bounded before they are read (the worker's
+# MAX_INPUT_BYTES), but a model can still ask onnxruntime for more memory than the host
+# has (a huge intermediate tensor, a long batch): the container is then killed, not the
+# host. It gets this share of the host's memory, swap included, and one CPU beyond the
+# most intra-op threads a job asks for (the worker runs one session at a time).
+DOCKER_MEMORY_SHARE = 0.5
+DOCKER_MEMORY_FLOOR = 1 << 30  # bytes: below this a worker cannot start onnxruntime
+DOCKER_PIDS = 256
+# The worker's job folder in the system's temporary folder (kit.runtime.scratch: a killed run's
+# folder is removed by the next run).
+JOBS_PREFIX = "kit-jobs-"
+LABEL_LOCK = "org.kit.lock-sha256"
+LABEL_WORKER = "org.kit.worker-sha256"
+
+
+def worker_sha256() -> str:
+    """sha256 of ``kit/runtime/worker.py``: an image must carry the very worker of this checkout."""
+    return hashlib.sha256(WORKER.read_bytes()).hexdigest()
+
+
+def docker_available(timeout: float = 10.0) -> bool:
+    """True when a docker client is installed and its daemon answers."""
+    if shutil.which("docker") is None:
+        return False
+    try:
+        proc = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.returncode == 0 and bool(proc.stdout.strip())
+
+
+def select_backend(requested: str | None) -> str:
+    """``requested`` if given (checked), else docker when a daemon answers, else venv."""
+    if requested is None:
+        return "docker" if docker_available() else "venv"
+    if requested not in BACKENDS:
+        raise BackendUnavailable(f"unknown backend {requested!r}; choose from {BACKENDS}")
+    if requested == "docker" and not docker_available():
+        raise BackendUnavailable(
+            "backend docker: no Docker daemon answers (DOCKER_HOST="
+            f"{os.environ.get('DOCKER_HOST', 'unset')}); start one (tools/dockerd.sh start) "
+            "or use --backend venv")
+    return requested
+
+
+def image_labels(image: str) -> dict[str, str]:
+    """The labels of a local image; ImageError when it is not there."""
+    proc = subprocess.run(["docker", "image", "inspect", "--format",
+                           "{{json .Config.Labels}}", image], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ImageError(f"image {image} is not built here; run `nox -s images`")
+    return json.loads(proc.stdout) or {}
+
+
+def check_image(runtime: Runtime) -> None:
+    """Refuse an image built from another lock than the one in this checkout."""
+    labels = image_labels(runtime.image)
+    if labels.get(LABEL_LOCK) != runtime.lock_sha256():
+        raise ImageError(f"image {runtime.image} was built from a different {runtime.lock.name} "
+                         f"(label {labels.get(LABEL_LOCK)}); rebuild it with `nox -s images`")
+    if labels.get(LABEL_WORKER) != worker_sha256():
+        raise ImageError(f"image {runtime.image} holds another kit/runtime/worker.py "
+                         "than this checkout "
+                         f"(label {labels.get(LABEL_WORKER)}); rebuild it with `nox -s images`")
+
+
+def host_memory() -> int:
+    """The host's physical memory in bytes."""
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def docker_limits(jobs: Sequence[dict[str, Any]], memory: int | None = None,
+                  cpus: int | None = None) -> list[str]:
+    """``docker run`` options that bound a worker container's memory, CPUs and processes
+    (``memory`` and ``cpus``: the host's, measured when not given)."""
+    memory = host_memory() if memory is None else memory
+    cpus = (os.cpu_count() or 1) if cpus is None else cpus
+    limit = max(DOCKER_MEMORY_FLOOR, int(memory * DOCKER_MEMORY_SHARE))
+    asked = [job.get("intra_op_threads", 1) for job in jobs]  # the worker checks them
+    threads = max((n for n in asked if isinstance(n, int) and n > 0), default=1)
+    return ["--memory", f"{limit}b", "--memory-swap", f"{limit}b",
+            "--cpus", str(min(cpus, threads + 1)), "--pids-limit", str(DOCKER_PIDS)]
+
+
+def _docker_command(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Path,
+                    jobs: Sequence[dict[str, Any]] = ()) -> list[str]:
+    uid = os.getuid()
+    user = f"{CONTAINER_UID}:{CONTAINER_UID}" if uid == 0 else f"{uid}:{os.getgid()}"
+    return [
+        "docker", "run", "--rm", "--network", "none", "--read-only", "--cap-drop", "ALL",
+        "--security-opt", "no-new-privileges", "--tmpfs", "/tmp:rw,size=64m",
+        *docker_limits(jobs), "--user", user,
+        "-v", f"{jobs_dir}:/kit/jobs:ro", "-v", f"{in_root}:/kit/in:ro",
+        "-v", f"{out_root}:/kit/out:rw", runtime.image,
+        "--jobs", "/kit/jobs/jobs.json", "--in-root", "/kit/in", "--out-root", "/kit/out",
+    ]
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    for folder, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            os.chown(os.path.join(folder, name), uid, gid, follow_symlinks=False)
+    os.chown(root, uid, gid)
+
+
+def _stream(cmd: list[str], env: dict[str, str] | None,
+            progress: Callable[[str], None] | None) -> tuple[int, str]:
+    """Run ``cmd``; hand each ``worker: progress`` line to ``progress`` as it comes and
+    return (exit code, everything the process said on stderr)."""
+    said = []
+    with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, env=env) as proc:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            said.append(line)
+            if progress is not None and line.startswith("worker: progress"):
+                progress(line.rstrip())
+    return proc.returncode, "".join(said)
+
+
+def worker_error(stderr: str) -> str | None:
+    """The worker's last ``worker: error: FILE: WHAT`` line, as ``FILE: WHAT``."""
+    said = stderr.strip().splitlines()
+    return next((line.removeprefix("worker: error: ") for line in reversed(said)
+                 if line.startswith("worker: error: ")), None)
+
+
+def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
+             out_root: Path, backend: str | None = None,
+             progress: Callable[[str], None] | None = None) -> list[Path]:
+    """Run every job under ``runtime`` in one worker process; returns the output paths.
+
+    Jobs carry model/inputs paths relative to ``in_root`` and output paths relative to
+    ``out_root``; the runtime's graph optimisation level fills any job that lacks one.
+    """
+    chosen = select_backend(backend)
+    in_root, out_root = Path(in_root).resolve(), Path(out_root).resolve()
+    out_root.mkdir(parents=True, exist_ok=True)
+    full = [{"graph_optimization": runtime.graph_optimization, **job} for job in jobs]
+    with scratch(Path(tempfile.gettempdir()), JOBS_PREFIX) as jobs_dir:
+        (jobs_dir / "jobs.json").write_bytes(canonical_json({"jobs": full}))
+        os.chmod(jobs_dir / "jobs.json", 0o644)
+        if chosen == "docker":
+            check_image(runtime)
+            cmd = _docker_command(runtime, jobs_dir, in_root, out_root, full)
+            root_host = os.getuid() == 0
+            if root_host:
+                _chown_tree(out_root, CONTAINER_UID, CONTAINER_UID)
+            try:
+                code, stderr = _stream(cmd, None, progress)
+            finally:
+                if root_host:
+                    _chown_tree(out_root, 0, 0)
+        else:
+            python = ensure_runtime(runtime.name)
+            cmd = [str(python), "-I", str(WORKER), "--jobs", str(jobs_dir / "jobs.json"),
+                   "--in-root", str(in_root), "--out-root", str(out_root)]
+            env = {"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"}
+            code, stderr = _stream(cmd, env, progress)
+    if code != 0:
+        reason = worker_error(stderr) or "\n".join(stderr.strip().splitlines()[-15:])
+        raise WorkerFailed(f"{runtime.name} worker ({chosen}) under {in_root}: {reason}",
+                           stderr)
+    return [out_root / job["output"] for job in full]

@@ -1,0 +1,458 @@
+"""The ``sciml.`` recompute functions of the MeshGraphNet case study, the seeded-fault
+catalogue, the unified catalogue and the second task: each reads the raw per-case records
+(``mgn.json``, ``mgn_faults.json``, ``unified.json``, ``second_task.json``) and the verdict
+ledger of a SciML evidence folder and recomputes one number.
+
+Case names in the ledger: ``<arch>-seed<k>-<trajectory>-f<frame>[-p<seed>]`` for the
+cylinder relations, ``<arch>-seed<k>-channel-input<i>`` for the exact mirror,
+``airfoil-subject<i>-p<seed>`` for the second task. Subjects: the MeshGraphNet roster
+(``mgn``: seeds 0-3 the seed replicas, 4 wider, 5 deeper) and the PointMLP (``pointmlp``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kit.claims.values import Value
+from kit.errors import KitError
+from kit.sciml import probes
+from kit.sciml.stats import wilson
+
+REPLICAS = (0, 1, 2, 3)
+VARIANTS = (4, 5)
+METRICS = ("one_step_relative_l2", "mirror_violation", "mirror_mapping_floor", "mirror_ratio",
+           "continuity_ratio", "continuity_v_tol", "permutation_max", "permutation_v_tol")
+PERMUTATION_TOLERANCE = 1.0e-5
+GUARD_TOLERANCE = 0.5
+
+
+def _subjects(ev: Any, arch: str, seeds: list[int] | None) -> list[dict[str, Any]]:
+    found = [s for s in ev.json("mgn.json")["subjects"]
+             if s["arch"] == arch and (seeds is None or s["seed"] in seeds)]
+    if not found:
+        raise KitError(f"{ev.root}/mgn.json: no {arch} subjects with seeds {seeds}")
+    return found
+
+
+def _cases(ev: Any, arch: str, seeds: list[int] | None, trajectory: str | None
+           ) -> list[dict[str, Any]]:
+    rows = [r for s in _subjects(ev, arch, seeds) for r in s["cases"]
+            if trajectory is None or r["trajectory"] == trajectory]
+    if not rows:
+        raise KitError(f"{ev.root}/mgn.json: no {arch} cases on trajectory {trajectory!r}")
+    return rows
+
+
+def _metric(row: dict[str, Any], metric: str) -> float:
+    if metric == "mirror_ratio":
+        return float(row["mirror_violation"] / row["mirror_mapping_floor"])
+    if metric == "permutation_max":
+        return float(max(row["permutation_violations"]))
+    if metric == "permutation_v_tol":
+        return float(max(row["permutation_violations"])) / PERMUTATION_TOLERANCE
+    if metric == "continuity_v_tol":
+        return max(float(row["continuity_ratio"]) - 1.0, 0.0) / GUARD_TOLERANCE
+    if metric not in METRICS:
+        raise KitError(f"unknown MGN metric {metric!r}; metrics: {METRICS}")
+    return float(row[metric])
+
+
+def _stat(values: np.ndarray[Any, Any], stat: str) -> Value:
+    if stat == "count":
+        return len(values)
+    if stat == "range":
+        return [float(values.min()), float(values.max())]
+    return float(getattr(np, stat)(values))
+
+
+def mgn_metric(ev: Any, metric: str, stat: str, arch: str = "mgn",
+               seeds: list[int] | None = None, trajectory: str | None = None) -> Value:
+    """median/mean/min/max/count/range of a per-case metric over some subjects' cases."""
+    values = np.array([_metric(r, metric) for r in _cases(ev, arch, seeds, trajectory)])
+    return _stat(values, stat)
+
+
+def mgn_metric_ratio(ev: Any, top: str, bottom: str, stat: str = "median",
+                     trajectory: str | None = "train", bottom_trajectory: str | None = None,
+                     seeds: list[int] | None = None) -> Value:
+    """stat(top) / stat(bottom) over the MeshGraphNet cases (e.g. mirror violation over
+    one-step error)."""
+    a = mgn_metric(ev, top, stat, "mgn", seeds, trajectory)
+    b = mgn_metric(ev, bottom, stat, "mgn", seeds, bottom_trajectory or trajectory)
+    return float(a) / float(b)  # type: ignore[arg-type]
+
+
+def mgn_median_ci(ev: Any, metric: str, end: str, arch: str = "mgn", seed: int = 300,
+                  resamples: int = 10_000) -> Value:
+    """Percentile bootstrap 95% interval of the median of a metric over every case."""
+    values = np.array([_metric(r, metric) for r in _cases(ev, arch, None, None)])
+    rng = np.random.default_rng(seed)
+    medians = np.median(values[rng.integers(0, len(values), (resamples, len(values)))], axis=1)
+    low, high = np.percentile(medians, [2.5, 97.5])
+    return float(low) if end == "low" else float(high)
+
+
+def mgn_subjects(ev: Any, arch: str = "mgn") -> Value:
+    return len(_subjects(ev, arch, None))
+
+
+def mgn_trajectories(ev: Any) -> Value:
+    """Distinct evaluation trajectories (the temporal hold-out and the other flows)."""
+    return len({r["trajectory"] for r in _cases(ev, "mgn", None, None)})
+
+
+def mgn_transitions(ev: Any, trajectory: str, seed: int = 0) -> Value:
+    return len(_cases(ev, "mgn", [seed], trajectory))
+
+
+def mgn_architectures(ev: Any) -> Value:
+    """Cylinder-flow architectures beyond the seed replicas: the wider/deeper variants,
+    the PointMLP and PhysicsNeMo's MeshGraphNet, as far as ``mgn.json`` holds them."""
+    groups = set()
+    for s in ev.json("mgn.json")["subjects"]:
+        groups.add("variants" if s["arch"] == "mgn" and s["seed"] in VARIANTS else s["arch"])
+    groups.discard("mgn")
+    return len(groups)
+
+
+def physicsnemo_ran(ev: Any) -> Value:
+    """Whether the run included NVIDIA PhysicsNeMo's MeshGraphNet (``mgn.json`` says
+    ``run: ...`` or ``not run: why``); claims on it are not run here otherwise."""
+    return str(ev.json("mgn.json")["physicsnemo"]).startswith("run:")
+
+
+Prefix = str | list[str] | None
+
+
+def _verdicts(ev: Any, card: str, prefix: Prefix, contains: str | None) -> list[str]:
+    starts = (prefix,) if isinstance(prefix, str) else tuple(prefix or ())
+    rows = [v["verdict"] for v in ev.json("ledger.json")["verdicts"]
+            if v["card"] == card and (not starts or v["case"].startswith(starts))
+            and (contains is None or contains in v["case"])]
+    if not rows:
+        raise KitError(f"{ev.root}/ledger.json: no verdicts of {card} ({prefix}, {contains})")
+    return rows
+
+
+def verdict_count(ev: Any, card: str, verdicts: list[str], prefix: Prefix = None,
+                  contains: str | None = None) -> Value:
+    return sum(v in verdicts for v in _verdicts(ev, card, prefix, contains))
+
+
+def verdict_share(ev: Any, card: str, verdicts: list[str], prefix: Prefix = None,
+                  contains: str | None = None) -> Value:
+    rows = _verdicts(ev, card, prefix, contains)
+    return sum(v in verdicts for v in rows) / len(rows)
+
+
+def verdict_exact_interval(ev: Any, card: str, verdicts: list[str], prefix: Prefix = None,
+                           contains: str | None = None) -> Value:
+    """Clopper-Pearson 95% interval of the share of those verdicts."""
+    from scipy.stats import binomtest
+
+    rows = _verdicts(ev, card, prefix, contains)
+    ci = binomtest(sum(v in verdicts for v in rows), len(rows)).proportion_ci(0.95)
+    return [float(ci.low), float(ci.high)]
+
+
+def decision(ev: Any, card: str) -> Value:
+    for d in ev.json("ledger.json")["decisions"]:
+        if d["card"] == card:
+            return str(d["decision"])
+    raise KitError(f"{ev.root}/ledger.json: no gate decision for {card}")
+
+
+def exact_mirror(ev: Any, stat: str, arch: str = "mgn", seeds: list[int] | None = None
+                 ) -> Value:
+    """Over the subjects' exact-mirror violations: ``first`` (seed 0, input 0),
+    ``control`` (its normaliser-symmetrised violation), ``control_change`` (relative),
+    or min/median/max."""
+    subjects = _subjects(ev, arch, seeds)
+    if stat in ("first", "control", "control_change"):
+        first = subjects[0]["exact_mirror"]
+        v, c = first["violations"][0], first["normaliser_control"]
+        return float({"first": v, "control": c, "control_change": abs(c - v) / v}[stat])
+    return _stat(np.array([v for s in subjects for v in s["exact_mirror"]["violations"]]),
+                 stat)
+
+
+def _faults(ev: Any) -> dict[str, Any]:
+    return ev.json("mgn_faults.json")  # type: ignore[no-any-return]
+
+
+def _canonical(ev: Any) -> dict[str, Any]:
+    return {k: m for k, m in _faults(ev)["mutants"].items() if m["fault_class"] != "adversarial"}
+
+
+def _trials(mutant: dict[str, Any], subjects: list[int] | None, seeds: list[int] | None
+            ) -> list[dict[str, Any]]:
+    return [t for t in mutant["trials"] if (subjects is None or t["subject"] in subjects)
+            and (seeds is None or t["seed"] in seeds)]
+
+
+def _hit(trial: dict[str, Any], detector: str) -> bool:
+    return any(trial["detected"].values()) if detector == "any" else trial["detected"][detector]
+
+
+def fault_catalogue(ev: Any, kind: str) -> Value:
+    """Counts of the executed catalogue: ``canonical``, ``adversarial``, ``classes``
+    (of the canonical mutants), ``trials`` (per mutant, all equal), ``seeds``."""
+    faults, canonical = _faults(ev), _canonical(ev)
+    if kind == "canonical":
+        return len(canonical)
+    if kind == "adversarial":
+        return len(faults["mutants"]) - len(canonical)
+    if kind == "classes":
+        return len({m["fault_class"] for m in canonical.values()})
+    if kind == "trials":
+        counts = {len(m["trials"]) for m in faults["mutants"].values()}
+        if len(counts) != 1:
+            raise KitError(f"{ev.root}/mgn_faults.json: unequal trials per mutant {counts}")
+        return counts.pop()
+    if kind == "seeds":
+        return int(faults["permutation_seeds"])
+    raise KitError(f"unknown catalogue count {kind!r}")
+
+
+def fault_detected(ev: Any, mutant: str, detector: str = "any",
+                   subjects: list[int] | None = None, seeds: list[int] | None = None) -> Value:
+    """Trials of one mutant on which a detector fired."""
+    return sum(_hit(t, detector) for t in _trials(_faults(ev)["mutants"][mutant], subjects,
+                                                  seeds))
+
+
+def fault_metric(ev: Any, mutant: str, metric: str, stat: str = "max",
+                 subjects: list[int] | None = None, seeds: list[int] | None = None) -> Value:
+    """A trial metric (``conservation``, ``mirror_change``, ``permutation``) of a mutant."""
+    values = np.array([t[metric] for t in _trials(_faults(ev)["mutants"][mutant], subjects,
+                                                  seeds)])
+    return _stat(values, stat)
+
+
+def fault_mutants(ev: Any, mode: str, detector: str = "any",
+                  subjects: list[int] | None = None, seeds: list[int] | None = None,
+                  adversarial: bool = False) -> Value:
+    """How many mutants a detector catches on ``every`` trial, on ``none``, on ``some``
+    (but not all), or on ``any`` trial, over the chosen subjects and seeds."""
+    pool = _faults(ev)["mutants"] if adversarial else _canonical(ev)
+    count = 0
+    for m in pool.values():
+        hits = [_hit(t, detector) for t in _trials(m, subjects, seeds)]
+        count += {"every": all(hits), "none": not any(hits), "any": any(hits),
+                  "some": any(hits) and not all(hits)}[mode]
+    return count
+
+
+def fault_mode_wilson(ev: Any, mode: str, detector: str = "any") -> Value:
+    """The Wilson 95% interval of a mutant caught on every (or no) trial: the detection
+    rate of the first such mutant over its trials; NaNs when no mutant is caught that way
+    (the claim then differs)."""
+    for m in _canonical(ev).values():
+        hits = [_hit(t, detector) for t in m["trials"]]
+        if (mode == "every" and all(hits)) or (mode == "none" and not any(hits)):
+            return list(wilson(sum(hits), len(hits)))
+    return [float("nan"), float("nan")]
+
+
+def fault_classes_caught(ev: Any, detector: str, allowed: list[str], subject: int = 0,
+                         seed: int = 0) -> Value:
+    """Every mutant the detector catches on one (subject, seed) cell is of an allowed
+    class, and it catches at least one (the by-class localisation)."""
+    caught = [m["fault_class"] for m in _canonical(ev).values()
+              if any(_hit(t, detector) for t in _trials(m, [subject], [seed]))]
+    return bool(caught) and all(c in allowed for c in caught)
+
+
+def fault_detected_metric(ev: Any, detector: str, metric: str, stat: str = "min",
+                          subject: int = 0, seed: int = 0) -> Value:
+    """A metric over the canonical mutants the detector catches on one cell."""
+    values = [t[metric] for m in _canonical(ev).values()
+              for t in _trials(m, [subject], [seed]) if _hit(t, detector)]
+    if not values:
+        return float("nan")  # the detector catches nothing there: the claim differs
+    return _stat(np.array(values), stat)
+
+
+def fault_union_by_subject(ev: Any, subjects: list[int], stat: str) -> Value:
+    """Per subject, the canonical mutants caught by any detector on any of its trials;
+    ``same`` (true when equal across the subjects), ``min`` or ``max``."""
+    counts = [fault_mutants(ev, "any", "any", [s]) for s in subjects]
+    if stat == "same":
+        return len(set(counts)) == 1
+    return min(counts) if stat == "min" else max(counts)
+
+
+def _levels(ev: Any, sweep: str, levels: str) -> dict[str, Any]:
+    """A sweep's levels: "all", "below1" (fractions under 1) or one level."""
+    table = _faults(ev)[sweep]
+    chosen = {k: v for k, v in table.items() if levels == "all" or k == levels
+              or (levels == "below1" and float(k) < 1)}
+    if not chosen:
+        raise KitError(f"{ev.root}/mgn_faults.json: no levels {levels!r} in {sweep}")
+    return chosen
+
+
+def _level_rows(ev: Any, sweep: str, level: str, row: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = row.get("trials")
+    if not rows:
+        raise KitError(f"{ev.root}/mgn_faults.json: {sweep} level {level} has no trial rows")
+    return rows  # type: ignore[no-any-return]
+
+
+def fault_sweep(ev: Any, sweep: str, levels: str, detector: str = "any",
+                stat: str = "max") -> Value:
+    """Detection share over the roster at the sweep's levels, as the run recorded it;
+    ``stat`` min or max over the levels."""
+    shares = [row[detector]["detected"] / row[detector]["n"]
+              for row in _levels(ev, sweep, levels).values()]
+    return float(min(shares) if stat == "min" else max(shares))
+
+
+def fault_sweep_trials(ev: Any, sweep: str, levels: str, detector: str = "any",
+                       stat: str = "max") -> Value:
+    """``fault_sweep`` recomputed from the levels' per-trial rows."""
+    shares = []
+    for k, row in _levels(ev, sweep, levels).items():
+        rows = _level_rows(ev, sweep, k, row)
+        shares.append(sum(_hit(t, detector) for t in rows) / len(rows))
+    return float(min(shares) if stat == "min" else max(shares))
+
+
+def fault_sweep_trials_wilson(ev: Any, sweep: str, level: str, detector: str = "any"
+                              ) -> Value:
+    rows = _level_rows(ev, sweep, level, _levels(ev, sweep, level)[level])
+    return list(wilson(sum(_hit(t, detector) for t in rows), len(rows)))
+
+
+def fault_sweep_wilson(ev: Any, sweep: str, level: str, detector: str = "any") -> Value:
+    return list(_faults(ev)[sweep][level][detector]["wilson95"])
+
+
+def fault_sweep_levels(ev: Any, sweep: str) -> Value:
+    return [float(k) for k in _faults(ev)[sweep]]
+
+
+def fault_eval_frames(ev: Any) -> Value:
+    return len(_faults(ev)["eval_frames"])
+
+
+def fault_some_recorded(ev: Any) -> Value:
+    """``fault_mutants(mode="some")`` read from the per-mutant summaries the run recorded."""
+    return int(sum(0 < m["summary"]["any"]["detected"] < m["summary"]["any"]["n"]
+               for m in _canonical(ev).values()))
+
+
+def fault_pr(ev: Any, detector: str, field: str) -> Value:
+    value = _faults(ev)["precision_recall"][detector][field]
+    if value is None:
+        raise KitError(f"{ev.root}/mgn_faults.json: {detector} {field} undefined (no detection)")
+    return float(value) if isinstance(value, float) else int(value)
+
+
+def _unified(ev: Any) -> list[dict[str, Any]]:
+    return ev.json("unified.json")["entries"]  # type: ignore[no-any-return]
+
+
+def _flags(ev: Any, entry: dict[str, Any]) -> dict[str, bool]:
+    """An entry's flags recounted: the MGN mutants from their trials in ``mgn_faults.json``,
+    the probes from each trial's metrics against the unmutated subject's."""
+    family = entry["family"]
+    if family == "mgn":
+        trials = _faults(ev)["mutants"][entry["kind"]]["trials"]
+        hits = {d: sum(t["detected"][d] for t in trials) for d in probes.DETECTORS[family]}
+    else:
+        trials = entry["trials"]
+        hits = {d: sum(probes.fires(d, t["metrics"][d], t["control"][d]) for t in trials)
+                for d in probes.DETECTORS[family]}
+    return {d: probes.flagged(k, len(trials)) for d, k in hits.items()}
+
+
+def _labels(entry: dict[str, Any]) -> dict[str, bool] | None:
+    if entry["family"] == "mgn":
+        return None
+    return probes.label(entry["label_metrics"]["probe"], entry["label_metrics"]["reference"])
+
+
+def unified_size(ev: Any, family: str | None = None) -> Value:
+    """Entries of the unified catalogue (of one family: ``mgn``, ``pinn``, ``fno``)."""
+    entries = [e for e in _unified(ev) if family is None or e["family"] == family]
+    if family == "mgn" and len(entries) != len(_faults(ev)["mutants"]):
+        raise KitError(f"{ev.root}/unified.json: {len(entries)} MGN entries, "
+                       f"mgn_faults.json has {len(_faults(ev)['mutants'])} mutants")
+    return len(entries)
+
+
+def _confusion(ev: Any, detector: str) -> dict[str, int]:
+    tp = fp = targeted = entries = 0
+    for entry in _unified(ev):
+        labels = _labels(entry)
+        if labels is None or detector not in labels:
+            continue
+        hit = _flags(ev, entry)[detector]
+        entries += 1
+        targeted += labels[detector]
+        tp += hit and labels[detector]
+        fp += hit and not labels[detector]
+    return {"entries": entries, "targeted": targeted, "true_positives": tp,
+            "false_positives": fp}
+
+
+def unified_pr(ev: Any, detector: str, field: str) -> Value:
+    """Labelled precision or recall of a detector over the probes, recounted from trial
+    metrics and label measurements; or one of the counts (``entries``, ``targeted``,
+    ``true_positives``, ``false_positives``), both (``precision_recall``) or an interval
+    (``wilson_precision``, ``wilson_recall``)."""
+    c = _confusion(ev, detector)
+    fractions = {"precision": (c["true_positives"], c["true_positives"] + c["false_positives"]),
+                 "recall": (c["true_positives"], c["targeted"])}
+    if field in c:
+        return c[field]
+
+    def share(name: str) -> tuple[int, int]:
+        hits, n = fractions[name]
+        if n == 0:
+            raise KitError(f"{ev.root}/unified.json: {detector} {name} undefined (n = 0)")
+        return hits, n
+
+    if field == "precision_recall":
+        return [hits / n for hits, n in (share("precision"), share("recall"))]
+    name = field.removeprefix("wilson_")
+    if name not in fractions:
+        raise KitError(f"unknown unified precision/recall field {field!r}")
+    hits, n = share(name)
+    return list(wilson(hits, n)) if field.startswith("wilson_") else hits / n
+
+
+def unified_flagged(ev: Any, detector: str = "any", family: str | None = None) -> Value:
+    """Entries flagged by a detector (``any``: by at least one), recounted."""
+    count = 0
+    for entry in _unified(ev):
+        if family is not None and entry["family"] != family:
+            continue
+        flags = _flags(ev, entry)
+        count += any(flags.values()) if detector == "any" else flags.get(detector, False)
+    return count
+
+
+def second_density_ratio(ev: Any) -> Value:
+    m = ev.json("second_task.json")["measured"]
+    return float(m["density_max"] / m["density_min"])
+
+
+def second_permutation_max(ev: Any) -> Value:
+    return float(max(ev.json("second_task.json")["permutation_violations"]))
+
+
+FUNCTIONS: tuple[Callable[..., Value], ...] = (
+    mgn_metric, mgn_metric_ratio, mgn_median_ci, mgn_subjects, mgn_trajectories,
+    mgn_transitions, mgn_architectures, physicsnemo_ran, verdict_count, verdict_share,
+    verdict_exact_interval, decision, exact_mirror, fault_catalogue, fault_detected,
+    fault_metric, fault_mutants, fault_mode_wilson, fault_classes_caught,
+    fault_detected_metric, fault_union_by_subject, fault_sweep, fault_sweep_wilson,
+    fault_sweep_levels, fault_eval_frames, fault_some_recorded,
+    fault_sweep_trials, fault_sweep_trials_wilson, fault_pr,
+    unified_size, unified_pr, unified_flagged,
+    second_density_ratio, second_permutation_max)

@@ -1,0 +1,209 @@
+"""The SciML study's report: its tables as the kit computes them and three figures, from
+the records of one run folder (``runs/sciml``, or the shipped ``claims/sciml/evidence/kit``
+with ``--out`` elsewhere), into ``<out>/index.html`` with each table as markdown and CSV.
+
+Tables: verdict counts per relation and subject (counted from the ledger's verdicts), the
+admissibility gate's decisions (the second task's ``cmp-*`` cards among them), the unified
+fault catalogue's detection matrix, the MeshGraphNet sweeps (double scale, zero-v_y
+fraction), the second task's measurements and the operator floor's resolutions.
+
+Figures: the operator floor on log-log axes (measured error, the closed-form remainder,
+the a-priori bound and the fitted slope); the two-axis verdict reading, V / tolerance
+against the domain score D, one marker per verdict type; the entry x detector detection
+heatmap of the unified catalogue. Nothing here computes a result the claims rest on; the
+report folder is outside the run manifest.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kit.errors import FileFormatError, KitError
+from kit.files import read_json, write_atomic
+from kit.paths import ROOT
+from kit.reporting import Rows, csv_text, html_page, markdown, pyplot, save_png
+
+RECORDS = ("ledger.json", "operator_floor.json", "unified.json", "mgn_faults.json",
+           "second_task.json")
+VERDICTS = ("pass", "fail", "out-of-relation-domain", "inconclusive")
+MARKERS = {"pass": "o", "fail": "x", "out-of-relation-domain": "^", "inconclusive": "s"}
+SWEEPS = {"scale_sweep": "double-scale factor", "fraction_sweep": "zero-v_y fraction"}
+# V / tolerance below this is drawn on the linear part of the symmetric-log axis.
+LINEAR_BELOW = 1e-3
+Table = tuple[list[str], Rows]
+
+
+def subject(case: str) -> str:
+    """The subject of a verdict's case: ``mgn-seed0-train-f39-p0`` -> ``mgn``,
+    ``fno-heat-seed0-case0`` -> ``fno-heat``, ``airfoil-subject5-p4`` -> ``airfoil``."""
+    return re.split(r"-(?:seed|subject|case)\d", case)[0]
+
+
+def _records(evidence: Path) -> dict[str, Any]:
+    found = {}
+    for name in RECORDS:
+        path = evidence / name
+        if not path.is_file():
+            raise KitError(f"{path}: missing; the SciML report reads the records of a "
+                           "finished run (python -m kit sciml)")
+        found[name] = read_json(path)
+    verdicts = found["ledger.json"].get("verdicts") if isinstance(
+        found["ledger.json"], dict) else None
+    if not isinstance(verdicts, list) or not verdicts:
+        raise FileFormatError(f"{evidence / 'ledger.json'}: no verdicts")
+    return found
+
+
+def verdict_table(ledger: dict[str, Any]) -> Table:
+    counts: Counter[tuple[str, str, str]] = Counter(
+        (v["card"], subject(v["case"]), v["verdict"]) for v in ledger["verdicts"])
+    kinds = [k for k in VERDICTS if any(key[2] == k for key in counts)]
+    kinds += sorted({key[2] for key in counts} - set(kinds))
+    rows = [[card, subj, *(str(counts[(card, subj, k)]) for k in kinds),
+             str(sum(counts[(card, subj, k)] for k in kinds))]
+            for card, subj in sorted({(c, s) for c, s, _ in counts})]
+    return ["Relation (card)", "Subject", *kinds, "Total"], rows
+
+
+def gate_table(ledger: dict[str, Any]) -> Table:
+    rows = [[d["card"], d["decision"],
+             "; ".join(f"{k}: {v}" for k, v in sorted(d.get("conditions", {}).items()))]
+            for d in sorted(ledger["decisions"], key=lambda d: d["card"])]
+    return ["Card", "Gate decision", "Conditions"], rows
+
+
+def trials(entry: dict[str, Any]) -> int:
+    """An entry's trial count: MeshGraphNet mutants record ``n_trials``, the closed-form
+    probes their ``trials``."""
+    return int(entry["n_trials"]) if "n_trials" in entry else len(entry["trials"])
+
+
+def catalogue_table(unified: dict[str, Any]) -> Table:
+    detectors = sorted({d for e in unified["entries"] for d in e["detections"]})
+    rows = [[e["name"], e["family"], e.get("fault_class", e["kind"]),
+             *(f"{e['detections'][d]}/{trials(e)}" if d in e["detections"] else "-"
+               for d in detectors)]
+            for e in unified["entries"]]
+    return ["Entry", "Family", "Class", *detectors], rows
+
+
+def _rate(entry: dict[str, Any]) -> str:
+    low, high = entry["wilson95"]
+    return f"{entry['detected']}/{entry['n']} [{100 * low:.0f}, {100 * high:.0f}]"
+
+
+def sweep_table(faults: dict[str, Any]) -> Table:
+    detectors = sorted(faults["thresholds"])
+    rows = [[SWEEPS[sweep], level, *(_rate(at[d]) for d in [*detectors, "any"])]
+            for sweep in SWEEPS
+            for level, at in sorted(faults[sweep].items(), key=lambda kv: float(kv[0]))]
+    return ["Sweep", "Level", *detectors, "any"], rows
+
+
+def second_task_table(second: dict[str, Any]) -> Table:
+    rows = [[k, f"{v:.6g}"] for k, v in sorted(second["measured"].items())]
+    rows.append(["max permutation violation", f"{max(second['permutation_violations']):.3g}"])
+    return ["Measured", "Value"], rows
+
+
+def floor_table(floor: dict[str, Any]) -> Table:
+    rows = [[str(r["refinements"]), str(r["elements"]), f"{r['h']:.4g}",
+             f"{r['measured']:.4g}", f"{r['exact_remainder']:.4g}", f"{r['predicted']:.4g}",
+             f"{r['bound']:.4g}"] for r in floor["resolutions"]]
+    return ["Refinements", "Elements", "h", "Measured", "Closed form", "Fitted", "Bound"], rows
+
+
+def floor_figure(floor: dict[str, Any]) -> Any:
+    plt = pyplot()
+    rows = floor["resolutions"]
+    h = [r["h"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    low, high = floor["slope_ci95"]
+    ax.loglog(h, [r["measured"] for r in rows], "o", label="measured", gid="measured")
+    ax.loglog(h, [r["exact_remainder"] for r in rows], "-", label="closed-form remainder",
+              gid="closed-form")
+    ax.loglog(h, [r["predicted"] for r in rows], ":", gid="fit",
+              label=f"fit: slope {floor['slope']:.4f} [{low:.4f}, {high:.4f}]")
+    ax.loglog(h, [r["bound"] for r in rows], "--", label="a-priori bound", gid="bound")
+    ax.set_xlabel("mesh size h")
+    ax.set_ylabel("operator floor (discrete L2)")
+    ax.set_title("Operator floor")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def verdict_figure(ledger: dict[str, Any]) -> Any:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    by_kind: dict[str, list[tuple[float, float]]] = {}
+    for v in ledger["verdicts"]:
+        ratio = v["violation"] / v["tolerance"] if v["tolerance"] > 0 else np.inf
+        by_kind.setdefault(v["verdict"], []).append((v["domain"], ratio))
+    for kind, points in sorted(by_kind.items()):
+        d, r = zip(*points, strict=True)
+        ax.scatter(d, np.minimum(r, 1e12), marker=MARKERS.get(kind, "."), gid=kind,
+                   label=f"{kind} ({len(points)})", alpha=0.6)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_yscale("symlog", linthresh=LINEAR_BELOW)
+    ax.set_ylim(bottom=0)  # V and the tolerance are both non-negative
+    ax.set_xlabel("domain score D")
+    ax.set_ylabel("V / tolerance (symlog)")
+    ax.set_title("Two-axis verdict reading")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def heatmap_figure(unified: dict[str, Any]) -> Any:
+    plt = pyplot()
+    entries = unified["entries"]
+    detectors = sorted({d for e in entries for d in e["detections"]})
+    rates = np.array([[e["detections"][d] / trials(e) if d in e["detections"] else np.nan
+                       for d in detectors] for e in entries])
+    fig, ax = plt.subplots(figsize=(6, 0.18 * len(entries) + 1.8))
+    image = ax.imshow(rates, aspect="auto", vmin=0, vmax=1, cmap="viridis", gid="rates")
+    ax.set_xticks(range(len(detectors)), detectors, rotation=30, ha="right")
+    ax.set_yticks(range(len(entries)), [e["name"] for e in entries], fontsize=6)
+    ax.set_title("Detection rate per catalogue entry\n(blank: the detector does not apply)")
+    fig.colorbar(image, ax=ax, label="detected / trials")
+    fig.tight_layout()
+    return fig
+
+
+def write_report(evidence: Path, out: Path | None = None) -> Path:
+    """Render the report of the run records in ``evidence`` into ``out`` (default
+    ``<evidence>/report``); returns the page. Nothing is written under ``claims/``."""
+    out = out or evidence / "report"
+    claims = (ROOT / "claims").resolve()
+    if out.resolve().is_relative_to(claims):
+        raise KitError(f"{out}: the report is never written under {claims} (verify "
+                       "accounts for every file there); name another folder with --out")
+    records = _records(evidence)
+    ledger = records["ledger.json"]
+    found = {"Verdicts per relation and subject": verdict_table(ledger),
+             "Admissibility gate": gate_table(ledger),
+             "Unified catalogue: detections per entry": catalogue_table(records["unified.json"]),
+             "MeshGraphNet sweeps (detected/n [Wilson 95%])": sweep_table(
+                 records["mgn_faults.json"]),
+             "Second task: measurements": second_task_table(records["second_task.json"]),
+             "Operator floor": floor_table(records["operator_floor.json"])}
+    for number, (header, rows) in enumerate(found.values(), 1):
+        write_atomic(out / f"table{number}.md", markdown(header, rows).encode())
+        write_atomic(out / f"table{number}.csv", csv_text(header, rows).encode())
+    figures = {"figure1-operator-floor.png": floor_figure(records["operator_floor.json"]),
+               "figure2-verdict-reading.png": verdict_figure(ledger),
+               "figure3-detection-heatmap.png": heatmap_figure(records["unified.json"])}
+    for name, fig in figures.items():
+        save_png(fig, out / name)
+    provenance = {"evidence": evidence, "study": ledger.get("study", ""),
+                  "verdicts": len(ledger["verdicts"]), "subjects": ledger.get("subjects_note")}
+    page = out / "index.html"
+    write_atomic(page, html_page("SciML study report", "SciML study: report of one run",
+                                 provenance, found, list(figures)).encode())
+    return page

@@ -1,6 +1,0 @@
-"""The drift study's stages, each one function over a run folder:
-
-    fetch  -> split -> fault -> infer        (score, bootstrap, verify build on these)
-
-``kit.stages.common`` lays out the run folder and writes its manifest.
-"""

@@ -1,0 +1,132 @@
+"""Backends: selection, the docker sandbox, and byte identity between docker and venv."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kit.errors import BackendUnavailable, ImageError, WorkerFailed
+from kit.runtime import backends
+from kit.runtime.backends import run_jobs, select_backend
+from kit.runtime.locks import lock_requirements
+from kit.runtime.runtimes import get_runtime, load_runtimes
+from kit.runtime.worker import meta_path
+from tests.conftest import job
+
+
+def test_unknown_backend_is_refused() -> None:
+    with pytest.raises(BackendUnavailable, match="unknown backend 'podman'"):
+        select_backend("podman")
+
+
+def test_default_is_venv_when_no_daemon_answers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backends, "docker_available", lambda timeout=10.0: False)
+    assert select_backend(None) == "venv"
+    with pytest.raises(BackendUnavailable, match="no Docker daemon answers"):
+        select_backend("docker")
+    monkeypatch.setattr(backends, "docker_available", lambda timeout=10.0: True)
+    assert select_backend(None) == "docker"
+
+
+def test_docker_command_is_sandboxed(tmp_path: Path) -> None:
+    cmd = backends._docker_command(get_runtime("ref"), tmp_path / "j", tmp_path / "i",
+                                   tmp_path / "o")
+    text = " ".join(cmd)
+    assert cmd[:3] == ["docker", "run", "--rm"]
+    for flag in ("--network none", "--read-only", "--cap-drop ALL",
+                 "--security-opt no-new-privileges", f"{tmp_path / 'i'}:/kit/in:ro",
+                 f"{tmp_path / 'j'}:/kit/jobs:ro", f"{tmp_path / 'o'}:/kit/out:rw"):
+        assert flag in text
+    user = cmd[cmd.index("--user") + 1]
+    assert not user.startswith("0:")
+    assert cmd.count("kit-ref:ort-1.20.1") == 1
+    limit = max(backends.DOCKER_MEMORY_FLOOR,
+                int(backends.host_memory() * backends.DOCKER_MEMORY_SHARE))
+    for flag, value in (("--memory", f"{limit}b"), ("--memory-swap", f"{limit}b"),
+                        ("--cpus", "2"), ("--pids-limit", str(backends.DOCKER_PIDS))):
+        assert cmd[cmd.index(flag) + 1] == value
+    assert cmd.index("--cpus") < cmd.index("kit-ref:ort-1.20.1")  # options, not arguments
+
+
+def test_docker_limits_follow_the_host_and_the_jobs_threads() -> None:
+    def limit(option: str, jobs: list[dict[str, object]], memory: int = 1 << 30) -> str:
+        cmd = backends.docker_limits(jobs, memory=memory, cpus=8)
+        return cmd[cmd.index(option) + 1]
+
+    assert limit("--memory", [], memory=16 << 30) == f"{8 << 30}b"
+    assert limit("--memory-swap", [], memory=16 << 30) == f"{8 << 30}b"
+    assert limit("--memory", []) == f"{backends.DOCKER_MEMORY_FLOOR}b"
+    assert limit("--cpus", [{"intra_op_threads": 4}, {}]) == "5"
+    assert limit("--cpus", [{"intra_op_threads": 16}]) == "8"
+    assert limit("--cpus", [{"intra_op_threads": "x"}]) == "2"
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_ready")
+@pytest.mark.parametrize("runtime", ["ref", "cand"])
+def test_docker_and_venv_write_identical_bytes(workdir: Path, runtime: str) -> None:
+    rt = get_runtime(runtime)
+    jobs = [job(id="a", output="a.npz"), job(id="b", output="b.npz", batch_size=5)]
+    in_docker = run_jobs(rt, jobs, workdir / "in", workdir / "docker", "docker")
+    in_venv = run_jobs(rt, jobs, workdir / "in", workdir / "venv", "venv")
+    for d, v in zip(in_docker, in_venv, strict=True):
+        assert d.read_bytes() == v.read_bytes()
+        assert meta_path(d).read_bytes() == meta_path(v).read_bytes()
+    assert json.loads(meta_path(in_docker[0]).read_text())["onnxruntime"] == rt.onnxruntime
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_ready")
+def test_docker_refusal_names_the_file_and_leaves_nothing(workdir: Path) -> None:
+    out = workdir / "out"
+    with pytest.raises(WorkerFailed, match=r"\.\./x\.onnx: model path is outside"):
+        run_jobs(get_runtime("cand"), [job(model="../x.onnx")], workdir / "in", out, "docker")
+    assert [p for p in out.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_ready")
+def test_an_image_built_from_another_lock_is_refused(tmp_path: Path) -> None:
+    runtime = get_runtime("ref")
+    other_lock = tmp_path / "ref.lock"
+    other_lock.write_bytes(runtime.lock.read_bytes() + b"\n")
+    with pytest.raises(ImageError, match=r"built from a different ref\.lock"):
+        backends.check_image(replace(runtime, lock=other_lock))
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_ready")
+def test_an_image_with_another_worker_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backends, "worker_sha256", lambda: "0" * 64)
+    with pytest.raises(ImageError, match=r"holds another kit/worker\.py"):
+        backends.check_image(get_runtime("cand"))
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_ready")
+@pytest.mark.parametrize("runtime", ["ref", "cand"])
+def test_image_holds_exactly_its_lock(runtime: str) -> None:
+    rt = load_runtimes()[runtime]
+    proc = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint",
+         "/opt/runtime/bin/python", rt.image, "-m", "pip", "list", "--format=json",
+         "--disable-pip-version-check"], capture_output=True, text=True, check=True)
+    installed = {f"{p['name'].lower().replace('_', '-')}=={p['version']}"
+                 for p in json.loads(proc.stdout)} - {p for p in
+                                                      _bootstrap_pins(proc.stdout)}
+    assert installed == set(lock_requirements(rt.lock))
+    labels = backends.image_labels(rt.image)
+    assert labels["org.kit.onnxruntime"] == rt.onnxruntime
+    assert labels["org.kit.lock-sha256"] == hashlib.sha256(rt.lock.read_bytes()).hexdigest()
+    assert labels["org.kit.worker-sha256"] == backends.worker_sha256()
+
+
+def _bootstrap_pins(pip_list_json: str) -> set[str]:
+    """pip and setuptools come with the venv itself, not from the lock."""
+    return {f"{p['name'].lower()}=={p['version']}" for p in json.loads(pip_list_json)
+            if p["name"].lower() in ("pip", "setuptools")}

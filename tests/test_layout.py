@@ -1,0 +1,128 @@
+"""The package layout's dependency rule, read from every import of every module (function-
+local imports included):
+
+    kit.runtime   imports nothing of kit.drift, kit.sciml or kit.claims
+    kit.drift     imports kit.runtime, never kit.sciml
+    kit.sciml     imports kit.runtime, never kit.drift
+    kit.claims    imports the studies' recompute registries, never kit.runtime
+    shared        kit.errors, kit.files, kit.paths, kit.schema, kit.runfolder, kit.runlock,
+                  kit.reporting:
+                  nothing of the studies or the claims, and of kit.runtime only the
+                  edges named in SHARED_RUNTIME
+
+and the worker, which runs alone in the runtime images, imports numpy, onnxruntime and the
+standard library only.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KIT = ROOT / "kit"
+PARTS = ("runtime", "drift", "sciml", "claims")
+SHARED = ("kit.errors", "kit.files", "kit.paths", "kit.schema", "kit.runfolder", "kit.runlock",
+          "kit.reporting")
+# What each part must never import.
+FORBIDDEN = {"runtime": ("drift", "sciml", "claims"), "drift": ("sciml",),
+             "sciml": ("drift",), "claims": ("runtime",)}
+# The shared modules' only edges into kit.runtime: the file library re-exports the
+# worker's deterministic writers (one definition of the bytes both sides write), and the
+# run folder records the machine fingerprint beside a stage's timing.
+SHARED_RUNTIME = {("kit.files", "kit.runtime.worker"), ("kit.runfolder", "kit.runtime.machine")}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def kit_imports(path: Path) -> set[str]:
+    """Every ``kit`` module ``path`` imports (``from kit.x import y`` names ``kit.x.y``
+    when that is a module, else ``kit.x``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "kit"}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.split(".")[0] == "kit":
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                is_module = (ROOT / Path(*sub.split("."))).with_suffix(".py").is_file() or \
+                    (ROOT / Path(*sub.split("."))).is_dir()
+                found.add(sub if is_module else node.module)
+    return found
+
+
+MODULES = {module_name(p): p for p in sorted(KIT.rglob("*.py"))}
+
+
+def part_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in PARTS else None
+
+
+def violations() -> list[str]:
+    found = []
+    for module, path in MODULES.items():
+        part = part_of(module)
+        for target in sorted(kit_imports(path)):
+            other = part_of(target)
+            if part and other in FORBIDDEN[part]:
+                found.append(f"{module} imports {target}")
+            if module in SHARED and other and (other != "runtime" or
+                                               (module, target) not in SHARED_RUNTIME):
+                found.append(f"{module} (shared) imports {target}")
+    return found
+
+
+def test_every_module_sits_in_a_part_or_is_shared() -> None:
+    top = sorted(m for m in MODULES if m.count(".") == 1 and part_of(m) is None)
+    assert top == sorted([*SHARED, "kit.__main__"])
+
+
+def test_the_packages_keep_the_dependency_rule() -> None:
+    assert violations() == []
+
+
+def test_the_rule_catches_a_study_importing_the_other(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check itself can fail: a SciML module that imports the drift study, and a claims
+    module that imports a backend, are both named."""
+    sciml = tmp_path / "kit" / "sciml"
+    claims = tmp_path / "kit" / "claims"
+    for folder in (sciml, claims, tmp_path / "kit" / "drift", tmp_path / "kit" / "runtime"):
+        folder.mkdir(parents=True)
+    (tmp_path / "kit" / "drift" / "bootstrap.py").write_text("")
+    (tmp_path / "kit" / "runtime" / "backends.py").write_text("")
+    (sciml / "bad.py").write_text("def f():\n    from kit.drift import bootstrap\n")
+    (claims / "bad.py").write_text("import kit.runtime.backends\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    monkeypatch.setattr(sys.modules[__name__], "MODULES",
+                        {module_name(p): p for p in sorted((tmp_path / "kit").rglob("*.py"))})
+    assert violations() == ["kit.claims.bad imports kit.runtime.backends",
+                            "kit.sciml.bad imports kit.drift.bootstrap"]
+
+
+def test_offline_verify_loads_no_runtime_but_the_writers() -> None:
+    """Importing the claim layer loads no backend, exchange or environment code and no
+    onnxruntime: of kit.runtime only the worker's writers, through kit.files."""
+    code = ("import sys, kit.claims.verify, kit.claims.ledger\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('kit.runtime.', 'onnx'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, check=True)
+    assert proc.stdout == "['kit.runtime.worker']\n"
+
+
+def test_the_worker_imports_numpy_onnxruntime_and_the_standard_library_only() -> None:
+    tree = ast.parse((KIT / "runtime" / "worker.py").read_text())
+    roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+             for a in n.names}
+    roots |= {n.module.split(".")[0] for n in ast.walk(tree)
+              if isinstance(n, ast.ImportFrom) and n.module}
+    assert roots - set(sys.stdlib_module_names) == {"numpy", "onnxruntime"}
