@@ -118,6 +118,15 @@ def floor_table(floor: dict[str, Any]) -> Table:
     return ["Refinements", "Elements", "h", "Measured", "Closed form", "Fitted", "Bound"], rows
 
 
+def _labelled(fig: Any, ax: Any, xlabel: str, ylabel: str, title: str) -> Any:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
 def floor_figure(floor: dict[str, Any]) -> Any:
     plt = pyplot()
     rows = floor["resolutions"]
@@ -130,12 +139,7 @@ def floor_figure(floor: dict[str, Any]) -> Any:
     ax.loglog(h, [r["predicted"] for r in rows], ":", gid="fit",
               label=f"fit: slope {floor['slope']:.4f} [{low:.4f}, {high:.4f}]")
     ax.loglog(h, [r["bound"] for r in rows], "--", label="a-priori bound", gid="bound")
-    ax.set_xlabel("mesh size h")
-    ax.set_ylabel("operator floor (discrete L2)")
-    ax.set_title("Operator floor")
-    ax.legend()
-    fig.tight_layout()
-    return fig
+    return _labelled(fig, ax, "mesh size h", "operator floor (discrete L2)", "Operator floor")
 
 
 def verdict_figure(ledger: dict[str, Any]) -> Any:
@@ -143,6 +147,8 @@ def verdict_figure(ledger: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     by_kind: dict[str, list[tuple[float, float]]] = {}
     for v in ledger["verdicts"]:
+        if v["violation"] is None:  # not measured (preconditions unmet): no point to draw
+            continue
         ratio = v["violation"] / v["tolerance"] if v["tolerance"] > 0 else np.inf
         by_kind.setdefault(v["verdict"], []).append((v["domain"], ratio))
     for kind, points in sorted(by_kind.items()):
@@ -152,12 +158,8 @@ def verdict_figure(ledger: dict[str, Any]) -> Any:
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_yscale("symlog", linthresh=LINEAR_BELOW)
     ax.set_ylim(bottom=0)  # V and the tolerance are both non-negative
-    ax.set_xlabel("domain score D")
-    ax.set_ylabel("V / tolerance (symlog)")
-    ax.set_title("Two-axis verdict reading")
-    ax.legend()
-    fig.tight_layout()
-    return fig
+    return _labelled(fig, ax, "domain score D", "V / tolerance (symlog)",
+                     "Two-axis verdict reading")
 
 
 def heatmap_figure(unified: dict[str, Any]) -> Any:
