@@ -103,7 +103,7 @@ def test_an_image_built_from_another_lock_is_refused(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("docker_ready")
 def test_an_image_with_another_worker_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(backends, "worker_sha256", lambda: "0" * 64)
-    with pytest.raises(ImageError, match=r"holds another kit/worker\.py"):
+    with pytest.raises(ImageError, match=r"holds another kit/runtime/worker\.py"):
         backends.check_image(get_runtime("cand"))
 
 
