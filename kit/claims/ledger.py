@@ -42,7 +42,8 @@ from typing import Any
 
 from kit import schema
 from kit.claims.values import Value
-from kit.drift.recompute import RECOMPUTE, Evidence
+from kit.drift.recompute import RECOMPUTE
+from kit.drift.shipped import Evidence
 from kit.errors import KitError
 from kit.files import read_yaml
 from kit.sciml.recompute import RECOMPUTE_SCIML, SciEvidence

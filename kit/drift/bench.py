@@ -68,7 +68,7 @@ def bench_bootstrap(run_dir: Path | None = None, protocol_file: Path = PROTOCOL,
     import numpy as np
 
     from kit.drift import bootstrap as engine
-    from kit.drift.recompute import Evidence
+    from kit.drift.shipped import Evidence
 
     protocol = load_protocol(protocol_file)
     run = Run(run_dir) if run_dir else default_run(protocol["substrate_default"])

@@ -75,7 +75,9 @@ ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 # before any data is read or decompressed: far above the studies' largest input file (a
 # CIFAR test set, 10,000 images, 123 MB), far below what a zip bomb declares.
 MAX_INPUT_BYTES = 2 << 30
-# What reading an untrusted .npz can raise: zip structure, each member's codec, numpy.
+# What reading an untrusted .npz can raise: zip structure, each member's codec, numpy
+# (zipfile raises NotImplementedError for a member stored with a compression method it
+# does not implement, such as Deflate64 or PPMd).
 NPZ_ERRORS = (zipfile.BadZipFile, zlib.error, lzma.LZMAError, EOFError, OSError, ValueError,
               KeyError, NotImplementedError, RuntimeError)  # RuntimeError covers RecursionError
 Declared = dict[str, tuple[tuple[int, ...], np.dtype[Any]]]  # array name -> shape, dtype

@@ -270,7 +270,8 @@ def test_a_reversed_finding_is_printed_and_fails_only_under_strict_findings(
 
 
 def test_a_recorded_value_at_a_missing_path_names_the_file(shipped: Path) -> None:
-    from kit.drift.recompute import Evidence, recorded
+    from kit.drift.recompute import recorded
+    from kit.drift.shipped import Evidence
 
     evidence = Evidence(shipped / "claims/drift/evidence/digits")
     assert isinstance(recorded(evidence, "score/summary.json", "primary.direct.auroc"), float)

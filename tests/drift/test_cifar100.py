@@ -29,8 +29,8 @@ from kit.claims.ledger import STATUSES, Outcome, _show, call, clear_cache, evalu
 from kit.claims.verify import check_manifests, ship
 from kit.drift.assets import PINNED, load_pins
 from kit.drift.protocol import write_small_protocol
-from kit.drift.recompute import Evidence
 from kit.drift.replay import compare_runs, prepare, write_report
+from kit.drift.shipped import Evidence
 from kit.drift.stages.fetch import run_fetch
 from kit.drift.stages.pipeline import STAGES, reproduce, run_stage
 from kit.errors import KitError
