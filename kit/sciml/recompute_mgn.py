@@ -1,7 +1,7 @@
-"""The ``sciml.`` recompute functions of the MeshGraphNet case study, the seeded-fault
-catalogue, the unified catalogue and the second task: each reads the raw per-case records
-(``mgn.json``, ``mgn_faults.json``, ``unified.json``, ``second_task.json``) and the verdict
-ledger of a SciML evidence folder and recomputes one number.
+"""The ``sciml.`` recompute functions of the MeshGraphNet case study and its seeded-fault
+catalogue: each reads the raw per-case records (``mgn.json``, ``mgn_faults.json``) and the
+verdict ledger of a SciML evidence folder and recomputes one number (the unified
+catalogue's and the second task's are in ``recompute_catalogue``).
 
 Case names in the ledger: ``<arch>-seed<k>-<trajectory>-f<frame>[-p<seed>]`` for the
 cylinder relations, ``<arch>-seed<k>-channel-input<i>`` for the exact mirror,
@@ -18,7 +18,6 @@ import numpy as np
 
 from kit.claims.values import Value
 from kit.errors import KitError
-from kit.sciml import probes
 from kit.sciml.stats import wilson
 
 REPLICAS = (0, 1, 2, 3)
@@ -352,100 +351,6 @@ def fault_pr(ev: Any, detector: str, field: str) -> Value:
     return float(value) if isinstance(value, float) else int(value)
 
 
-def _unified(ev: Any) -> list[dict[str, Any]]:
-    return ev.json("unified.json")["entries"]  # type: ignore[no-any-return]
-
-
-def _flags(ev: Any, entry: dict[str, Any]) -> dict[str, bool]:
-    """An entry's flags recounted: the MGN mutants from their trials in ``mgn_faults.json``,
-    the probes from each trial's metrics against the unmutated subject's."""
-    family = entry["family"]
-    if family == "mgn":
-        trials = _faults(ev)["mutants"][entry["kind"]]["trials"]
-        hits = {d: sum(t["detected"][d] for t in trials) for d in probes.DETECTORS[family]}
-    else:
-        trials = entry["trials"]
-        hits = {d: sum(probes.fires(d, t["metrics"][d], t["control"][d]) for t in trials)
-                for d in probes.DETECTORS[family]}
-    return {d: probes.flagged(k, len(trials)) for d, k in hits.items()}
-
-
-def _labels(entry: dict[str, Any]) -> dict[str, bool] | None:
-    if entry["family"] == "mgn":
-        return None
-    return probes.label(entry["label_metrics"]["probe"], entry["label_metrics"]["reference"])
-
-
-def unified_size(ev: Any, family: str | None = None) -> Value:
-    """Entries of the unified catalogue (of one family: ``mgn``, ``pinn``, ``fno``)."""
-    entries = [e for e in _unified(ev) if family is None or e["family"] == family]
-    if family == "mgn" and len(entries) != len(_faults(ev)["mutants"]):
-        raise KitError(f"{ev.root}/unified.json: {len(entries)} MGN entries, "
-                       f"mgn_faults.json has {len(_faults(ev)['mutants'])} mutants")
-    return len(entries)
-
-
-def _confusion(ev: Any, detector: str) -> dict[str, int]:
-    tp = fp = targeted = entries = 0
-    for entry in _unified(ev):
-        labels = _labels(entry)
-        if labels is None or detector not in labels:
-            continue
-        hit = _flags(ev, entry)[detector]
-        entries += 1
-        targeted += labels[detector]
-        tp += hit and labels[detector]
-        fp += hit and not labels[detector]
-    return {"entries": entries, "targeted": targeted, "true_positives": tp,
-            "false_positives": fp}
-
-
-def unified_pr(ev: Any, detector: str, field: str) -> Value:
-    """Labelled precision or recall of a detector over the probes, recounted from trial
-    metrics and label measurements; or one of the counts (``entries``, ``targeted``,
-    ``true_positives``, ``false_positives``), both (``precision_recall``) or an interval
-    (``wilson_precision``, ``wilson_recall``)."""
-    c = _confusion(ev, detector)
-    fractions = {"precision": (c["true_positives"], c["true_positives"] + c["false_positives"]),
-                 "recall": (c["true_positives"], c["targeted"])}
-    if field in c:
-        return c[field]
-
-    def share(name: str) -> tuple[int, int]:
-        hits, n = fractions[name]
-        if n == 0:
-            raise KitError(f"{ev.root}/unified.json: {detector} {name} undefined (n = 0)")
-        return hits, n
-
-    if field == "precision_recall":
-        return [hits / n for hits, n in (share("precision"), share("recall"))]
-    name = field.removeprefix("wilson_")
-    if name not in fractions:
-        raise KitError(f"unknown unified precision/recall field {field!r}")
-    hits, n = share(name)
-    return list(wilson(hits, n)) if field.startswith("wilson_") else hits / n
-
-
-def unified_flagged(ev: Any, detector: str = "any", family: str | None = None) -> Value:
-    """Entries flagged by a detector (``any``: by at least one), recounted."""
-    count = 0
-    for entry in _unified(ev):
-        if family is not None and entry["family"] != family:
-            continue
-        flags = _flags(ev, entry)
-        count += any(flags.values()) if detector == "any" else flags.get(detector, False)
-    return count
-
-
-def second_density_ratio(ev: Any) -> Value:
-    m = ev.json("second_task.json")["measured"]
-    return float(m["density_max"] / m["density_min"])
-
-
-def second_permutation_max(ev: Any) -> Value:
-    return float(max(ev.json("second_task.json")["permutation_violations"]))
-
-
 FUNCTIONS: tuple[Callable[..., Value], ...] = (
     mgn_metric, mgn_metric_ratio, mgn_median_ci, mgn_subjects, mgn_trajectories,
     mgn_transitions, mgn_architectures, physicsnemo_ran, verdict_count, verdict_share,
@@ -453,6 +358,4 @@ FUNCTIONS: tuple[Callable[..., Value], ...] = (
     fault_metric, fault_mutants, fault_mode_wilson, fault_classes_caught,
     fault_detected_metric, fault_union_by_subject, fault_sweep, fault_sweep_wilson,
     fault_sweep_levels, fault_eval_frames, fault_some_recorded,
-    fault_sweep_trials, fault_sweep_trials_wilson, fault_pr,
-    unified_size, unified_pr, unified_flagged,
-    second_density_ratio, second_permutation_max)
+    fault_sweep_trials, fault_sweep_trials_wilson, fault_pr)
