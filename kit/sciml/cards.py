@@ -5,10 +5,15 @@ basis, source-case schema, transformation, preconditions, boundary compatibility
 mapping, metric, tolerance with its provenance, expected verdicts, exclusion rules,
 artifact schema and what a violation would mean. Cards are read through
 ``kit.files.read_yaml``: no anchors or aliases, UTF-8 only.
+
+A card whose tolerance is one fixed number carries it as ``tolerance.value``, and that is
+the only place the number is written: the studies and the fault catalogue read it with
+``fixed_tolerance``. A tolerance measured per case (a floor times the margin) has no value.
 """
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -38,3 +43,15 @@ def load_card(path: Path) -> dict[str, Any]:
 def load_cards(folder: Path = CARDS) -> dict[str, dict[str, Any]]:
     """Every card of a folder by id."""
     return {path.stem: load_card(path) for path in sorted(folder.glob("*.yaml"))}
+
+
+@cache
+def fixed_tolerance(card_id: str, folder: Path = CARDS) -> float:
+    """The fixed tolerance card ``card_id`` sets (``tolerance.value``); ConfigError naming
+    the card when its tolerance is measured per case instead."""
+    path = folder / f"{card_id}.yaml"
+    value = load_card(path)["tolerance"].get("value")
+    if value is None:
+        raise ConfigError(f"{path}: tolerance.value is not set (this card's tolerance is "
+                          "measured per case)")
+    return float(value)

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from kit.sciml import fno
+from kit.sciml.cards import fixed_tolerance
 from kit.sciml.gate import Evidence, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.solvers import PDES
 from kit.sciml.stats import wilson
 from kit.sciml.verdicts import judge
 
-TRANSLATION_TOLERANCE = 1.0e-5
+TRANSLATION_TOLERANCE = fixed_tolerance("fno-periodic-translation")
 PDE_NAMES = tuple(PDES)
 
 

@@ -46,14 +46,15 @@ from typing import Any
 
 import numpy as np
 
+from kit.sciml.cards import fixed_tolerance
 from kit.sciml.meshes import HEIGHT, INFLOW, NORMAL, OBSTACLE, WALL
 from kit.sciml.mgn import directed_edges, permute_graph
 from kit.sciml.operator_floor import barycentric_gradients
-from kit.sciml.stats import wilson
+from kit.sciml.stats import rate
 
 Array = np.ndarray[Any, Any]
-PERMUTATION_THRESHOLD = 1.0e-5
-CONSERVATION_THRESHOLD = 1.5
+PERMUTATION_THRESHOLD = fixed_tolerance("mgn-node-permutation")
+CONSERVATION_THRESHOLD = 1.0 + fixed_tolerance("mgn-continuity-guard")
 MIRROR_THRESHOLD = 0.5
 EVAL_FRAMES = 2
 EDGE_FRACTION = 0.1
@@ -273,11 +274,6 @@ def _relative(violation: float, scale: float) -> float:
     return 0.0 if violation == 0 else float(np.finfo(np.float64).max)
 
 
-def _rate(hits: int, n: int) -> dict[str, Any]:
-    low, high = wilson(hits, n)
-    return {"detected": hits, "n": n, "wilson95": [low, high]}
-
-
 def run_catalogue(nets: list[tuple[dict[str, Any], Any]], data: dict[str, Array],
                   heldout: list[int], permutation_seeds: int = 5,
                   progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
@@ -311,9 +307,11 @@ def run_catalogue(nets: list[tuple[dict[str, Any], Any]], data: dict[str, Array]
         return rows
 
     def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-        n = len(rows)
-        out = {d: _rate(sum(r["detected"][d] for r in rows), n) for d in DETECTORS}
-        out["any"] = _rate(sum(any(r["detected"].values()) for r in rows), n)
+        def detected(hits: int) -> dict[str, Any]:
+            return rate(hits, len(rows), count="detected", value=False)
+
+        out = {d: detected(sum(r["detected"][d] for r in rows)) for d in DETECTORS}
+        out["any"] = detected(sum(any(r["detected"].values()) for r in rows))
         return out
 
     mutants = {}

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from kit.sciml import mgn_faults, pinned
+from kit.sciml.cards import fixed_tolerance
 from kit.sciml.cylinder import Flow, trajectory
 from kit.sciml.deepmind import study_trajectory
 from kit.sciml.gate import APPROXIMATE, HOLDS, Evidence, decide
@@ -59,9 +60,9 @@ from kit.sciml.second_task import Airfoil, run_second_task
 from kit.sciml.verdicts import domain_score, judge
 
 Array = np.ndarray[Any, Any]
-PERMUTATION_TOLERANCE = 1.0e-5
+PERMUTATION_TOLERANCE = fixed_tolerance("mgn-node-permutation")
 ABSOLUTE_FRACTION = 0.01  # absolute |div u| tolerance: 1% of the RMS velocity gradient
-EXACT_MIRROR_TOLERANCE = 1.0e-5
+EXACT_MIRROR_TOLERANCE = fixed_tolerance("mgn-mirror-y-exact")
 EXACT_MIRROR_INPUTS = 3
 HELDOUT_FLOWS = (Flow(inflow=0.9, frames=10), Flow(inflow=1.1, frames=10))
 
@@ -114,7 +115,7 @@ def evaluate(study: Study, net: Any, name: str, data: dict[str, Array], frames: 
         ratio = study.divergence.rms(base) / study.divergence.rms(truth)
         interior = study.interior.rms(base) / study.interior.rms(truth)
         study.ledger.add(judge("mgn-continuity-guard", case, max(ratio - 1.0, 0.0),
-                               mgn_faults.CONSERVATION_THRESHOLD - 1.0))
+                               fixed_tolerance("mgn-continuity-guard")))
         rows.append({"trajectory": tag, "frame": frame,
                      "one_step_relative_l2": float(np.linalg.norm(base - truth)
                                                    / np.linalg.norm(truth)),
@@ -373,7 +374,7 @@ def _continuity(ledger: Ledger, cards: dict[str, dict[str, Any]], data: dict[str
                                     f"{reference / scale:.3g}"})))
     ledger.decide(decide(guard, Evidence(
         {guard["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=0.0,
-        tolerance=mgn_faults.CONSERVATION_THRESHOLD - 1.0)))
+        tolerance=fixed_tolerance("mgn-continuity-guard"))))
     return {"reference_divergence_rms": reference, "gradient_rms": scale,
             "absolute_tolerance": tolerance, "interior_elements": len(divergence.area),
             "guard_threshold": mgn_faults.CONSERVATION_THRESHOLD}

@@ -18,12 +18,13 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from kit.sciml import pinn
+from kit.sciml.cards import fixed_tolerance
 from kit.sciml.gate import Evidence, decide
 from kit.sciml.ledger import Ledger
-from kit.sciml.stats import bootstrap_mean_ci, cliffs_delta, wilcoxon, wilson
+from kit.sciml.stats import bootstrap_mean_ci, cliffs_delta, rate, wilcoxon
 from kit.sciml.verdicts import judge
 
-EXACT = float(np.finfo(np.float64).eps)
+EXACT = float(np.finfo(np.float64).eps)  # the boundary residual's rounding floor
 
 
 def reference_floor(pde: str) -> float:
@@ -39,10 +40,9 @@ def reference_floor(pde: str) -> float:
 
 
 def _summary(values: list[float], passes: list[bool], seed: int) -> dict[str, Any]:
-    lo, hi = wilson(sum(passes), len(passes))
     arr = np.asarray(values)
     mean_ci = bootstrap_mean_ci(arr, seed) if len(arr) > 1 else (float(arr[0]), float(arr[0]))
-    return {"passes": sum(passes), "n": len(passes), "wilson95": [lo, hi],
+    return {**rate(sum(passes), len(passes), count="passes", value=False),
             "mean_ratio": float(arr.mean()), "mean_ratio_ci95": list(mean_ci)}
 
 
@@ -52,18 +52,19 @@ def run_pinn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 15,
     base = recipe or pinn.Recipe("heat", 0)
     a, b, c = (cards["pinn-collocation-permutation"], cards["pinn-boundary-residual"],
                cards["pinn-reference-conservation"])
+    exact, boundary, conservation = (fixed_tolerance(card["id"]) for card in (a, b, c))
     floors = {pde: reference_floor(pde) for pde in pinn.PDES}
     ledger.decide(decide(a, Evidence({a["preconditions"][0]: "holds"}, "holds", "holds",
-                                     floor=0.0, tolerance=EXACT,
+                                     floor=0.0, tolerance=exact,
                                      notes={"vacuous": "pointwise network: cannot fail"})))
     ledger.decide(decide(b, Evidence({b["preconditions"][0]: "holds"}, "holds", "holds",
-                                     floor=EXACT, tolerance=pinn.BOUNDARY_FLOOR)))
+                                     floor=EXACT, tolerance=boundary)))
     ledger.decide(decide(c, Evidence({c["preconditions"][0]: "holds"}, "holds", "holds",
                                      floor=max(floors.values()),
-                                     tolerance=pinn.CONSERVATION_TOLERANCE)))
+                                     tolerance=conservation)))
     record: dict[str, Any] = {"reference_floor": floors, "subjects": [], "summary": {},
-                              "boundary_floor": pinn.BOUNDARY_FLOOR,
-                              "conservation_tolerance": pinn.CONSERVATION_TOLERANCE}
+                              "boundary_floor": boundary,
+                              "conservation_tolerance": conservation}
     ratios: dict[str, list[float]] = {}
     for p_index, pde in enumerate(pinn.PDES):
         rows = []
@@ -71,14 +72,14 @@ def run_pinn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 15,
             net, trained = pinn.train(replace(base, pde=pde, seed=seed), cache)
             found = pinn.evaluate(net, pde)
             case = f"pinn-{pde}-seed{seed}"
-            va = judge(a["id"], case, found["mr_a_violation"], EXACT)
-            vb = judge(b["id"], case, found["mr_b_violation"], pinn.BOUNDARY_FLOOR)
+            va = judge(a["id"], case, found["mr_a_violation"], exact)
+            vb = judge(b["id"], case, found["mr_b_violation"], boundary)
             vc = judge(c["id"], case, abs(found["mr_c_ratio"] - 1.0),
-                       pinn.CONSERVATION_TOLERANCE, floor=floors[pde])
+                       conservation, floor=floors[pde])
             for verdict in (va, vb, vc):
                 ledger.add(verdict)
             rows.append({"seed": seed, "final_loss": trained["final_loss"], **found,
-                         "mr_b_ratio": found["mr_b_violation"] / pinn.BOUNDARY_FLOOR,
+                         "mr_b_ratio": found["mr_b_violation"] / boundary,
                          "verdicts": {"mr_a": va.verdict, "mr_b": vb.verdict,
                                       "mr_c": vc.verdict}})
         record["subjects"] += [{"pde": pde, **r} for r in rows]

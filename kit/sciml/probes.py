@@ -40,13 +40,14 @@ from typing import Any
 
 import numpy as np
 
-from kit.sciml import fno, pinn
+from kit.errors import KitError
+from kit.sciml import fno, mgn_faults, pinn
 from kit.sciml.solvers import simulate
-from kit.sciml.stats import wilson
+from kit.sciml.stats import rate
 
 Array = np.ndarray[Any, Any]
-PERMUTATION_THRESHOLD = 1.0e-5
-RATIO_THRESHOLD = 1.5
+PERMUTATION_THRESHOLD = mgn_faults.PERMUTATION_THRESHOLD
+RATIO_THRESHOLD = mgn_faults.CONSERVATION_THRESHOLD
 LABEL_TOLERANCE = 1.0e-9
 ROWS = 0.1  # share of the batch rows the index-dependent probes touch
 COLE_HOPF_TERMS = 60
@@ -321,8 +322,15 @@ def run_fno_probes(seeds_per_pde: int = 3, recipe: fno.Recipe | None = None,
 
 
 def _mgn_entries(faults: dict[str, Any]) -> list[dict[str, Any]]:
+    """The MeshGraphNet mutants in the catalogue's order (the record read back from
+    ``mgn_faults.json`` has its keys sorted, so the dict's own order is not it)."""
+    order = [m.name for m in mgn_faults.CATALOGUE + mgn_faults.ADVERSARIAL]
+    unknown = sorted(set(faults["mutants"]) - set(order))
+    if unknown:
+        raise KitError(f"mgn_faults.json: mutants {unknown} are not in the catalogue")
     entries = []
-    for name, mutant in faults["mutants"].items():
+    for name in (n for n in order if n in faults["mutants"]):
+        mutant = faults["mutants"][name]
         trials = mutant["trials"]
         flags = {d: sum(t["detected"][d] for t in trials) for d in DETECTORS["mgn"]}
         entries.append({"family": "mgn", "name": f"mgn-{name}", "kind": name,
@@ -330,13 +338,6 @@ def _mgn_entries(faults: dict[str, Any]) -> list[dict[str, Any]]:
                         "labels": None, "detections": flags, "n_trials": len(trials),
                         "flagged": {d: flagged(k, len(trials)) for d, k in flags.items()}})
     return entries
-
-
-def _rate(hits: int, n: int) -> dict[str, Any]:
-    if n == 0:
-        return {"value": None, "count": 0, "n": 0, "wilson95": None}
-    low, high = wilson(hits, n)
-    return {"value": hits / n, "count": hits, "n": n, "wilson95": [low, high]}
 
 
 def labelled_precision_recall(entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -349,8 +350,8 @@ def labelled_precision_recall(entries: list[dict[str, Any]]) -> dict[str, Any]:
         fp = sum(e["flagged"][detector] and not e["labels"][detector] for e in rows)
         targeted = sum(e["labels"][detector] for e in rows)
         out[detector] = {"entries": len(rows), "targeted": targeted, "true_positives": tp,
-                         "false_positives": fp, "precision": _rate(tp, tp + fp),
-                         "recall": _rate(tp, targeted)}
+                         "false_positives": fp, "precision": rate(tp, tp + fp),
+                         "recall": rate(tp, targeted)}
     return out
 
 
@@ -363,12 +364,12 @@ def unified_catalogue(faults: dict[str, Any], pinn_entries: list[dict[str, Any]]
     flag_rates = {}
     for detector in ("permutation", "conservation", "mirror", "boundary"):
         rows = [e for e in entries if detector in e["flagged"]]
-        flag_rates[detector] = _rate(sum(e["flagged"][detector] for e in rows), len(rows))
+        flag_rates[detector] = rate(sum(e["flagged"][detector] for e in rows), len(rows))
     caught = sum(any(e["flagged"].values()) for e in entries)
     return {"entries": entries, "size": len(entries), "families": families,
             "thresholds": {"permutation": PERMUTATION_THRESHOLD, "ratio": RATIO_THRESHOLD,
                            "label_tolerance": LABEL_TOLERANCE},
-            "flag_rates": flag_rates, "any_detector": _rate(caught, len(entries)),
+            "flag_rates": flag_rates, "any_detector": rate(caught, len(entries)),
             "labelled": labelled_precision_recall(entries)}
 
 

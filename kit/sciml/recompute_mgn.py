@@ -18,14 +18,14 @@ import numpy as np
 
 from kit.claims.values import Value
 from kit.errors import KitError
-from kit.sciml.stats import wilson
+from kit.sciml.stats import bootstrap_ci, clopper_pearson, wilson
 
 REPLICAS = (0, 1, 2, 3)
 VARIANTS = (4, 5)
 METRICS = ("one_step_relative_l2", "mirror_violation", "mirror_mapping_floor", "mirror_ratio",
            "continuity_ratio", "continuity_v_tol", "permutation_max", "permutation_v_tol")
-PERMUTATION_TOLERANCE = 1.0e-5
-GUARD_TOLERANCE = 0.5
+V_TOL_CARDS = {"permutation_v_tol": "mgn-node-permutation",
+               "continuity_v_tol": "mgn-continuity-guard"}
 
 
 def _subjects(ev: Any, arch: str, seeds: list[int] | None) -> list[dict[str, Any]]:
@@ -45,15 +45,27 @@ def _cases(ev: Any, arch: str, seeds: list[int] | None, trajectory: str | None
     return rows
 
 
+def recorded_tolerance(ev: Any, card: str) -> float:
+    """The one tolerance the ledger records with every verdict of ``card``."""
+    found = {v["tolerance"] for v in ev.json("ledger.json")["verdicts"] if v["card"] == card}
+    if len(found) != 1:
+        raise KitError(f"{ev.root}/ledger.json: {card} verdicts record "
+                       f"{len(found)} tolerances {sorted(found)}, not one")
+    return float(found.pop())
+
+
+def _metrics(ev: Any, rows: list[dict[str, Any]], metric: str) -> np.ndarray[Any, Any]:
+    scale = recorded_tolerance(ev, V_TOL_CARDS[metric]) if metric in V_TOL_CARDS else 1.0
+    return np.array([_metric(r, metric) for r in rows]) / scale
+
+
 def _metric(row: dict[str, Any], metric: str) -> float:
     if metric == "mirror_ratio":
         return float(row["mirror_violation"] / row["mirror_mapping_floor"])
-    if metric == "permutation_max":
+    if metric in ("permutation_max", "permutation_v_tol"):
         return float(max(row["permutation_violations"]))
-    if metric == "permutation_v_tol":
-        return float(max(row["permutation_violations"])) / PERMUTATION_TOLERANCE
     if metric == "continuity_v_tol":
-        return max(float(row["continuity_ratio"]) - 1.0, 0.0) / GUARD_TOLERANCE
+        return max(float(row["continuity_ratio"]) - 1.0, 0.0)
     if metric not in METRICS:
         raise KitError(f"unknown MGN metric {metric!r}; metrics: {METRICS}")
     return float(row[metric])
@@ -70,8 +82,7 @@ def _stat(values: np.ndarray[Any, Any], stat: str) -> Value:
 def mgn_metric(ev: Any, metric: str, stat: str, arch: str = "mgn",
                seeds: list[int] | None = None, trajectory: str | None = None) -> Value:
     """median/mean/min/max/count/range of a per-case metric over some subjects' cases."""
-    values = np.array([_metric(r, metric) for r in _cases(ev, arch, seeds, trajectory)])
-    return _stat(values, stat)
+    return _stat(_metrics(ev, _cases(ev, arch, seeds, trajectory), metric), stat)
 
 
 def mgn_metric_ratio(ev: Any, top: str, bottom: str, stat: str = "median",
@@ -87,11 +98,9 @@ def mgn_metric_ratio(ev: Any, top: str, bottom: str, stat: str = "median",
 def mgn_median_ci(ev: Any, metric: str, end: str, arch: str = "mgn", seed: int = 300,
                   resamples: int = 10_000) -> Value:
     """Percentile bootstrap 95% interval of the median of a metric over every case."""
-    values = np.array([_metric(r, metric) for r in _cases(ev, arch, None, None)])
-    rng = np.random.default_rng(seed)
-    medians = np.median(values[rng.integers(0, len(values), (resamples, len(values)))], axis=1)
-    low, high = np.percentile(medians, [2.5, 97.5])
-    return float(low) if end == "low" else float(high)
+    values = _metrics(ev, _cases(ev, arch, None, None), metric)
+    low, high = bootstrap_ci(values, np.median, seed, resamples)
+    return low if end == "low" else high
 
 
 def mgn_subjects(ev: Any, arch: str = "mgn") -> Value:
@@ -150,11 +159,8 @@ def verdict_share(ev: Any, card: str, verdicts: list[str], prefix: Prefix = None
 def verdict_exact_interval(ev: Any, card: str, verdicts: list[str], prefix: Prefix = None,
                            contains: str | None = None) -> Value:
     """Clopper-Pearson 95% interval of the share of those verdicts."""
-    from scipy.stats import binomtest
-
     rows = _verdicts(ev, card, prefix, contains)
-    ci = binomtest(sum(v in verdicts for v in rows), len(rows)).proportion_ci(0.95)
-    return [float(ci.low), float(ci.high)]
+    return list(clopper_pearson(sum(v in verdicts for v in rows), len(rows)))
 
 
 def decision(ev: Any, card: str) -> Value:

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.sciml.cards import fixed_tolerance
 from kit.sciml.gate import FAILS, HOLDS, Evidence, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.meshes import INFLOW, NORMAL, OUTFLOW, Mesh
@@ -181,7 +182,7 @@ def run_second_task(ledger: Ledger, cards: dict[str, dict[str, Any]], nets: list
     perm_card = cards["cmp-node-permutation"]
     ledger.decide(decide(perm_card, Evidence(
         {perm_card["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=0.0,
-        tolerance=1.0e-5)))
+        tolerance=fixed_tolerance(perm_card["id"]))))
     violations = []
     graph = Graph(mesh.pos, velocity, mesh.node_type.astype(np.int64),
                   directed_edges(mesh.cells))
@@ -190,6 +191,7 @@ def run_second_task(ledger: Ledger, cards: dict[str, dict[str, Any]], nets: list
         for seed in range(permutation_seeds):
             v = permutation_violation(net, graph, seed, base)
             violations.append(v)
-            ledger.add(judge(perm_card["id"], f"airfoil-subject{index}-p{seed}", v, 1.0e-5))
+            ledger.add(judge(perm_card["id"], f"airfoil-subject{index}-p{seed}", v,
+                             fixed_tolerance(perm_card["id"])))
     return {"case": asdict(case), "measured": measured,
             "permutation_violations": violations}

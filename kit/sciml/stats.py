@@ -1,8 +1,10 @@
-"""Statistics of the SciML claims: Wilson intervals, Wilcoxon signed-rank and bootstrap
-from scipy; Cliff's delta written out (it is a two-line count)."""
+"""Statistics of the SciML claims: Wilson and Clopper-Pearson intervals, Wilcoxon
+signed-rank and the percentile bootstrap from scipy; Cliff's delta written out (it is a
+two-line count)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,24 @@ def wilson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float
     return float(interval.low), float(interval.high)
 
 
+def clopper_pearson(successes: int, trials: int, confidence: float = 0.95
+                    ) -> tuple[float, float]:
+    """Clopper-Pearson (exact) interval of a share."""
+    interval = stats.binomtest(successes, trials).proportion_ci(confidence, method="exact")
+    return float(interval.low), float(interval.high)
+
+
+def rate(hits: int, n: int, count: str = "count", value: bool = True) -> dict[str, Any]:
+    """A pass or detection rate as the evidence files record it: ``{count: hits, "n": n,
+    "wilson95": [low, high]}``, with ``"value"`` (hits / n) unless ``value`` is False.
+    An empty rate (n = 0) has no value and no interval."""
+    interval = list(wilson(hits, n)) if n else None
+    record: dict[str, Any] = {count: hits, "n": n, "wilson95": interval}
+    if value:
+        record["value"] = hits / n if n else None
+    return record
+
+
 def wilcoxon(x: Array, y: Array) -> float:
     """Two-sided Wilcoxon signed-rank p-value of paired samples."""
     return float(stats.wilcoxon(x, y).pvalue)
@@ -28,10 +48,17 @@ def cliffs_delta(x: Array, y: Array) -> float:
     return float((a > b).mean() - (a < b).mean())
 
 
-def bootstrap_mean_ci(x: Array, seed: int, resamples: int = 10_000,
-                      confidence: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean."""
-    result = stats.bootstrap((np.asarray(x, float),), np.mean, n_resamples=resamples,
+def bootstrap_ci(x: Array, statistic: Callable[..., Any], seed: int, resamples: int = 10_000,
+                 confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic`` (scipy's, vectorised over an axis):
+    the one bootstrap engine of the SciML study."""
+    result = stats.bootstrap((np.asarray(x, float),), statistic, n_resamples=resamples,
                              confidence_level=confidence, method="percentile",
                              random_state=np.random.default_rng(seed))
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def bootstrap_mean_ci(x: Array, seed: int, resamples: int = 10_000,
+                      confidence: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean."""
+    return bootstrap_ci(x, np.mean, seed, resamples, confidence)

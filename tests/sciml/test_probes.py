@@ -117,3 +117,17 @@ def test_labelled_precision_recall_recount(tmp_path: Path) -> None:
         pr(ev, detector="permutation", field="precision")
     assert RECOMPUTE_SCIML["sciml.unified_flagged"](ev, detector="conservation") == 2
     assert RECOMPUTE_SCIML["sciml.unified_size"](ev, family="fno") == 3
+
+
+def test_mgn_entries_follow_the_catalogue_order_not_the_sorted_record() -> None:
+    # mgn_faults.json is canonical JSON (keys sorted); the unified catalogue lists the
+    # mutants in the catalogue's own order whether the record comes from memory or a file.
+    trial = {"detected": {"permutation": False, "conservation": True, "mirror": False}}
+    names = ["ADV_frozen", "BC_zero_inflow", "TR_sign_flip"]  # sorted, as read back
+    faults = {"mutants": {n: {"trials": [trial], "fault_class": "x", "severity": 1.0}
+                          for n in names}}
+    assert [e["kind"] for e in probes._mgn_entries(faults)] == [
+        "BC_zero_inflow", "TR_sign_flip", "ADV_frozen"]
+    faults["mutants"]["XX_unknown"] = faults["mutants"]["ADV_frozen"]
+    with pytest.raises(KitError, match=r"mutants \['XX_unknown'\] are not in the catalogue"):
+        probes._mgn_entries(faults)
