@@ -16,21 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kit.errors import KitError
 
+Add = Callable[..., argparse.ArgumentParser]
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__.split("\n")[0],
-                                     allow_abbrev=False)
-    sub = parser.add_subparsers(dest="command", required=True)
 
-    def add(name: str, **options: Any) -> argparse.ArgumentParser:
-        # allow_abbrev=False: a mistyped option must fail, not match a longer one
-        return sub.add_parser(name, allow_abbrev=False, **options)
-
+def _add_runtime_commands(add: Add) -> None:
     run = add("run", help="run one model on one input .npz under one runtime")
     run.add_argument("--runtime", required=True, choices=["ref", "cand"])
     run.add_argument("--model", required=True, type=Path)
@@ -44,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
                                        "else a debootstrap base)")
     images.add_argument("--runtime", action="append", choices=["ref", "cand"],
                         help="build only this runtime (repeatable)")
+
+
+def _add_drift_commands(add: Add) -> None:
     for command, help_text in (("stage", "run one drift stage"),
                                ("reproduce", "run the drift stages in order")):
         stage = add(command, help=help_text)
@@ -59,6 +57,11 @@ def _parser() -> argparse.ArgumentParser:
                                 "full sha256 for every file; recorded in fetch.json)")
         stage.add_argument("--backend", choices=["docker", "venv"])
         stage.add_argument("--protocol", type=Path, help="protocol YAML (default: the frozen one)")
+    bench = add("bench", help="benchmark infer and the nested bootstrap")
+    bench.add_argument("--run", type=Path, help="finished drift run (default runs/digits)")
+
+
+def _add_claims_commands(add: Add) -> None:
     verify = add("verify", help="check every claim offline from shipped evidence")
     verify.add_argument("--json", type=Path, help="also write the outcome as JSON here")
     verify.add_argument("--replay", action="store_true",
@@ -84,6 +87,9 @@ def _parser() -> argparse.ArgumentParser:
                              "in runs/digits-small, running it first if it is not there")
     ship = add("ship", help="copy a finished run's evidence into claims/")
     ship.add_argument("--run", type=Path, help="run folder (default runs/digits)")
+
+
+def _add_sciml_commands(add: Add) -> None:
     sciml = add("sciml", help="run the SciML study")
     sciml.add_argument("--run", type=Path,
                        help="run folder (default runs/sciml, runs/sciml-resimulated or "
@@ -104,8 +110,20 @@ def _parser() -> argparse.ArgumentParser:
                         help="the run's records (default runs/sciml; the shipped ones are "
                              "claims/sciml/evidence/kit, which needs --out)")
     report.add_argument("--out", type=Path, help="report folder (default <evidence>/report)")
-    bench = add("bench", help="benchmark infer and the nested bootstrap")
-    bench.add_argument("--run", type=Path, help="finished drift run (default runs/digits)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__.split("\n")[0],
+                                     allow_abbrev=False)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, **options: Any) -> argparse.ArgumentParser:
+        # allow_abbrev=False: a mistyped option must fail, not match a longer one
+        return sub.add_parser(name, allow_abbrev=False, **options)
+
+    for adder in (_add_runtime_commands, _add_drift_commands, _add_claims_commands,
+                  _add_sciml_commands):
+        adder(add)
     return parser
 
 
@@ -160,67 +178,92 @@ def _report_replay(first: Path, target: Path) -> int:
     return 0 if report["identical"] else 1
 
 
+def _run(args: argparse.Namespace) -> int:
+    from kit.runtime.exchange import exchange
+
+    print(exchange(args.runtime, args.model, args.inputs, args.output, args.backend,
+                   args.batch_size))
+    return 0
+
+
+def _images(args: argparse.Namespace) -> int:
+    from kit.runtime.docker import build_images
+
+    build_images(args.base, args.runtime)
+    return 0
+
+
+def _stage(args: argparse.Namespace) -> int:
+    from kit.drift.protocol import PROTOCOL
+    from kit.drift.stages.pipeline import reproduce, run_stage
+
+    options = {"substrate": args.substrate, "run_dir": args.run, "assets": args.assets,
+               "asset_pins": args.asset_pins, "backend": args.backend,
+               "protocol_file": args.protocol or PROTOCOL}
+    if args.command == "stage":
+        run_stage(args.name, **options)
+    else:
+        print(reproduce(**options))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    if args.compare:
+        return _report_replay(*args.compare)
+    if args.replay:
+        return _replay(args)
+    from kit.claims.verify import verify
+    from kit.paths import ROOT
+
+    return verify(json_out=args.json, strict_findings=args.strict_findings,
+                  expect_root=args.expect_root,
+                  page=args.page or ROOT / "runs" / "verify" / "index.html")
+
+
+def _sciml(args: argparse.Namespace) -> int:
+    from kit.sciml.run import run_command
+
+    print(run_command(args.run, args.without_physicsnemo, args.resimulate, args.deepmind))
+    return 0
+
+
+def _sciml_report(args: argparse.Namespace) -> int:
+    from kit.paths import ROOT
+    from kit.sciml.report import write_report
+
+    print(write_report(args.evidence or ROOT / "runs" / "sciml", args.out))
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from kit.drift.bench import bench
+
+    return bench(args.run)
+
+
+def _ship(args: argparse.Namespace) -> int:
+    from kit.claims.verify import ship
+    from kit.runfolder import default_run
+    from kit.runlock import hold
+
+    folder = args.run or default_run("digits").root
+    with hold(folder, create=False):
+        print(ship(folder))
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": _run, "images": _images, "stage": _stage, "reproduce": _stage, "verify": _verify,
+    "sciml": _sciml, "sciml-report": _sciml_report, "bench": _bench, "ship": _ship}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        if args.command == "run":
-            from kit.runtime.exchange import exchange
-
-            out = exchange(args.runtime, args.model, args.inputs, args.output,
-                           args.backend, args.batch_size)
-            print(out)
-        elif args.command == "images":
-            from kit.runtime.docker import build_images
-
-            build_images(args.base, args.runtime)
-        elif args.command in ("stage", "reproduce"):
-            from kit.drift.protocol import PROTOCOL
-            from kit.drift.stages.pipeline import reproduce, run_stage
-
-            options = {"substrate": args.substrate, "run_dir": args.run, "assets": args.assets,
-                       "asset_pins": args.asset_pins, "backend": args.backend,
-                       "protocol_file": args.protocol or PROTOCOL}
-            if args.command == "stage":
-                run_stage(args.name, **options)
-            else:
-                print(reproduce(**options))
-        elif args.command == "verify":
-            if args.compare:
-                return _report_replay(*args.compare)
-            if args.replay:
-                return _replay(args)
-            from kit.claims.verify import verify
-            from kit.paths import ROOT
-
-            return verify(json_out=args.json, strict_findings=args.strict_findings,
-                          expect_root=args.expect_root,
-                          page=args.page or ROOT / "runs" / "verify" / "index.html")
-        elif args.command == "sciml":
-            from kit.sciml.run import run_command
-
-            print(run_command(args.run, args.without_physicsnemo, args.resimulate,
-                              args.deepmind))
-        elif args.command == "sciml-report":
-            from kit.paths import ROOT
-            from kit.sciml.report import write_report
-
-            print(write_report(args.evidence or ROOT / "runs" / "sciml", args.out))
-        elif args.command == "bench":
-            from kit.drift.bench import bench
-
-            return bench(args.run)
-        elif args.command == "ship":
-            from kit.claims.verify import ship
-            from kit.runfolder import default_run
-            from kit.runlock import hold
-
-            folder = args.run or default_run("digits").root
-            with hold(folder, create=False):
-                print(ship(folder))
+        return COMMANDS[args.command](args)
     except KitError as exc:
         print(f"kit: error: {exc}", file=sys.stderr)
         return 2
-    return 0
 
 
 if __name__ == "__main__":

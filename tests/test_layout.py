@@ -17,6 +17,7 @@ standard library only.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -126,3 +127,23 @@ def test_the_worker_imports_numpy_onnxruntime_and_the_standard_library_only() ->
     roots |= {n.module.split(".")[0] for n in ast.walk(tree)
               if isinstance(n, ast.ImportFrom) and n.module}
     assert roots - set(sys.stdlib_module_names) == {"numpy", "onnxruntime"}
+
+
+def _docstring_names(folder: Path) -> str:
+    return "\n".join(ast.get_docstring(ast.parse(p.read_text())) or ""
+                     for p in sorted(folder.rglob("test_*.py")))
+
+
+def test_every_module_has_a_test_file_or_is_named_by_one() -> None:
+    tests = ROOT / "tests"
+    own = {p.stem.removeprefix("test_") for p in tests.rglob("test_*.py")}
+    named = _docstring_names(tests)
+    orphans = []
+    for path in sorted((ROOT / "kit").rglob("*.py")):
+        if path.name == "__init__.py" or path.stem in own:
+            continue
+        dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if not re.search(rf"(``|\b){re.escape(dotted)}(``|\b)", named) \
+                and str(path.relative_to(ROOT)) not in named:
+            orphans.append(dotted)
+    assert orphans == []

@@ -31,18 +31,21 @@ def interval(entry: dict[str, float]) -> str:
     return f"[{entry['p2_5']:.2f}, {entry['p97_5']:.2f}]"
 
 
-def tables(score: dict[str, Any], boot: dict[str, Any], sens: dict[str, Any]
-           ) -> dict[str, tuple[list[str], list[list[str]]]]:
-    """Every report table as (header, rows) of strings."""
-    p, loc = score["primary"], score["localisation"]
-    found: dict[str, tuple[list[str], list[list[str]]]] = {}
-    found["table1"] = (["Detector", "TPR", "detected", "FPR", "false alarms", "AUROC", "AUPRC"],
-                       [[NAMES[d], pct(p[d]["tpr"]["rate"]),
-                         f"{p[d]['tpr']['count']}/{p[d]['tpr']['n']}", pct(p[d]["fpr"]["rate"]),
-                         f"{p[d]['fpr']['count']}/{p[d]['fpr']['n']}", f"{p[d]['auroc']:.3f}",
-                         f"{p[d]['auprc']:.3f}"] for d in ("metamorphic", "direct", "mixed")])
-    matched = score["matched_fpr"]
-    found["table2"] = (["Method", "Inputs", "TPR", "FPR", "Top-1 localisation"], [
+Table = tuple[list[str], list[list[str]]]
+
+
+def _detection_table(p: dict[str, Any]) -> Table:
+    """Table 1: held-out TPR, FPR, AUROC and AUPRC of the metamorphic, direct and mixed."""
+    return (["Detector", "TPR", "detected", "FPR", "false alarms", "AUROC", "AUPRC"],
+            [[NAMES[d], pct(p[d]["tpr"]["rate"]),
+              f"{p[d]['tpr']['count']}/{p[d]['tpr']['n']}", pct(p[d]["fpr"]["rate"]),
+              f"{p[d]['fpr']['count']}/{p[d]['fpr']['n']}", f"{p[d]['auroc']:.3f}",
+              f"{p[d]['auprc']:.3f}"] for d in ("metamorphic", "direct", "mixed")])
+
+
+def _two_input_table(p: dict[str, Any], loc: dict[str, Any], matched: dict[str, Any]) -> Table:
+    """Table 2: the metamorphic contrast against the two-input maximum, also at matched FPR."""
+    return (["Method", "Inputs", "TPR", "FPR", "Top-1 localisation"], [
         [NAMES["metamorphic"], "source + rotated", pct(p["metamorphic"]["tpr"]["rate"]),
          pct(p["metamorphic"]["fpr"]["rate"]), pct(loc["metamorphic"]["top1"])],
         [NAMES["maximum"], "source + rotated", pct(p["maximum"]["tpr"]["rate"]),
@@ -52,11 +55,19 @@ def tables(score: dict[str, Any], boot: dict[str, Any], sens: dict[str, Any]
          ""],
         [NAMES["maximum"] + ", matched calibration FPR", "source + rotated",
          pct(matched["maximum"]["tpr"]["rate"]), pct(matched["maximum"]["fpr"]["rate"]), ""]])
-    found["table3"] = (["Scoring method", "Top-1", "Top-3", "MRR", "cases"], [
+
+
+def _localisation_table(loc: dict[str, Any]) -> Table:
+    """Table 3: top-1, top-3 and MRR of the true layer per scoring method."""
+    return (["Scoring method", "Top-1", "Top-3", "MRR", "cases"], [
         [name, pct(loc[k]["top1"]), pct(loc[k]["top3"]), f"{loc[k]['mrr']:.3f}", str(loc[k]["n"])]
         for k, name in (("metamorphic", "Metamorphic activation contrast"),
                         ("direct", "Direct activation scoring"),
                         ("maximum", "Two-input activation maximum"))])
+
+
+def _rotation_table(sens: dict[str, Any]) -> Table:
+    """Table 4: detection, localisation and reference stability per rotation condition."""
     rows = []
     for row in sens.values():
         top1 = row.get("top1", {})
@@ -66,9 +77,13 @@ def tables(score: dict[str, Any], boot: dict[str, Any], sens: dict[str, Any]
                      pct(top1["metamorphic"]) if top1 else "",
                      pct(top1["direct"]) if top1 else "",
                      pct(row["reference_stability"]["rate"])])
-    found["table4"] = (["Rotation condition", "Metamorphic TPR", "Direct TPR", "Difference",
-                        "Metamorphic FPR", "Direct FPR", "Metamorphic top-1", "Direct top-1",
-                        "Reference stability"], rows)
+    return (["Rotation condition", "Metamorphic TPR", "Direct TPR", "Difference",
+             "Metamorphic FPR", "Direct FPR", "Metamorphic top-1", "Direct top-1",
+             "Reference stability"], rows)
+
+
+def _bootstrap_table(boot: dict[str, Any]) -> Table:
+    """The bootstrap table: mean, spread and interval of each nested or fixed quantity."""
     nested = boot["nested"]
     brows = []
     for label, entry in (("nested metamorphic - direct TPR (pts)",
@@ -86,15 +101,32 @@ def tables(score: dict[str, Any], boot: dict[str, Any], sens: dict[str, Any]
         brows.append([label, f"{entry['mean']:.2f}", f"{entry['median']:.2f}",
                       f"{entry['sd']:.2f}", interval(entry), f"{entry['min']:.2f}",
                       f"{entry['max']:.2f}", f"{entry['share_negative']:.4f}"])
-    found["bootstrap"] = (["Quantity", "mean", "median", "sd", "95% interval", "min", "max",
-                           "share negative"], brows)
+    return (["Quantity", "mean", "median", "sd", "95% interval", "min", "max",
+             "share negative"], brows)
+
+
+def _per_model_table(p: dict[str, Any], loc: dict[str, Any]) -> Table:
+    """The per-model table: each detector's TPR and each scoring method's top-1."""
     per = []
     for model in p["direct"]["per_model"]:
         per.append([model] + [pct(p[d]["per_model"][model]["tpr"]["rate"])
                               for d in ("metamorphic", "direct", "mixed", "maximum")]
                    + [pct(loc[k]["per_model"][model]["top1"]) for k in ("metamorphic", "direct")])
-    found["per_model"] = (["Model", "Metamorphic TPR", "Direct TPR", "Mixed TPR", "Maximum TPR",
-                           "Metamorphic top-1", "Direct top-1"], per)
+    return (["Model", "Metamorphic TPR", "Direct TPR", "Mixed TPR", "Maximum TPR",
+             "Metamorphic top-1", "Direct top-1"], per)
+
+
+def tables(score: dict[str, Any], boot: dict[str, Any], sens: dict[str, Any]
+           ) -> dict[str, tuple[list[str], list[list[str]]]]:
+    """Every report table as (header, rows) of strings."""
+    p, loc = score["primary"], score["localisation"]
+    found: dict[str, tuple[list[str], list[list[str]]]] = {}
+    found["table1"] = _detection_table(p)
+    found["table2"] = _two_input_table(p, loc, score["matched_fpr"])
+    found["table3"] = _localisation_table(loc)
+    found["table4"] = _rotation_table(sens)
+    found["bootstrap"] = _bootstrap_table(boot)
+    found["per_model"] = _per_model_table(p, loc)
     return found
 
 

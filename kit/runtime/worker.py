@@ -520,8 +520,8 @@ def _session_record(session: Any, job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
-    """Validate every job, then run them all in this process; returns output paths."""
+def _job_list(jobs_file: Path, out_root: Path) -> tuple[list[dict[str, Any]], list[Path]]:
+    """Every job of the list, validated, and the output path of each (no two the same)."""
     try:
         spec = json.loads(jobs_file.read_text())
     except (OSError, ValueError) as exc:
@@ -532,6 +532,12 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
     outputs = [_inside(out_root, job["output"], "output") for job in jobs]
     if len(set(outputs)) != len(outputs):
         raise JobError(str(jobs_file), "two jobs write the same output")
+    return jobs, outputs
+
+
+def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
+    """Validate every job, then run them all in this process; returns output paths."""
+    jobs, outputs = _job_list(jobs_file, out_root)
 
     # One session is kept at a time (a stage has hundreds of models; jobs come grouped by
     # model), and each distinct input file is read once.

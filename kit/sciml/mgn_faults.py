@@ -40,12 +40,12 @@ the permuted graph mapped back (g_k(x) = P^-1 g(P x)), so each seed is its own t
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from kit.runfolder import Progress
 from kit.sciml.cards import fixed_tolerance
 from kit.sciml.meshes import HEIGHT, INFLOW, NORMAL, OBSTACLE, WALL
 from kit.sciml.mgn import directed_edges, permute_graph
@@ -274,16 +274,31 @@ def _relative(violation: float, scale: float) -> float:
     return 0.0 if violation == 0 else float(np.finfo(np.float64).max)
 
 
-def run_catalogue(nets: list[tuple[dict[str, Any], Any]], data: dict[str, Array],
-                  heldout: list[int], permutation_seeds: int = 5,
-                  progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    """Replay the catalogue, the adversarial mutants and both sweeps over the roster."""
+def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per detector (and ``any``) the trials detected, with Wilson intervals."""
+    def detected(hits: int) -> dict[str, Any]:
+        return rate(hits, len(rows), count="detected", value=False)
+
+    out = {d: detected(sum(r["detected"][d] for r in rows)) for d in DETECTORS}
+    out["any"] = detected(sum(any(r["detected"].values()) for r in rows))
+    return out
+
+
+def _evaluation_frames(data: dict[str, Array], heldout: list[int]
+                       ) -> tuple[list[tuple[Graph, Array]], Divergence, Array]:
+    """The evaluated (graph, next state) pairs, the divergence operator and the mirror map."""
     edges = directed_edges(data["cells"])
     types = data["node_type"][:, 0].astype(np.int64)
     divergence = Divergence(data["mesh_pos"], data["cells"], types)
-    source = nearest_reflection(data["mesh_pos"])
     frames = [(Graph(data["mesh_pos"], data["velocity"][f], types, edges),
                data["velocity"][f + 1]) for f in heldout[:EVAL_FRAMES]]
+    return frames, divergence, nearest_reflection(data["mesh_pos"])
+
+
+def run_catalogue(nets: list[tuple[dict[str, Any], Any]], data: dict[str, Array],
+                  heldout: list[int], permutation_seeds: int = 5) -> dict[str, Any]:
+    """Replay the catalogue, the adversarial mutants and both sweeps over the roster."""
+    frames, divergence, source = _evaluation_frames(data, heldout)
     seeds = list(range(permutation_seeds))
     baseline: dict[tuple[int, int], float] = {}
     control_trials = []
@@ -292,6 +307,8 @@ def run_catalogue(nets: list[tuple[dict[str, Any], Any]], data: dict[str, Array]
             trial = Trial(index, seed, *run_trial(net, frames, CONTROL, seed, divergence, source))
             baseline[(index, seed)] = trial.mirror
             control_trials.append(trial)
+    progress = Progress("sciml: fault catalogue",
+                        len(CATALOGUE + ADVERSARIAL) + len(SCALES) + len(FRACTIONS))
 
     def replay(mutant: Mutant, cell_seeds: list[int]) -> list[dict[str, Any]]:
         rows = []
@@ -303,29 +320,22 @@ def run_catalogue(nets: list[tuple[dict[str, Any], Any]], data: dict[str, Array]
                 rows.append({**asdict(trial), "detected": flags,
                              "mirror_change": (trial.mirror - baseline[(index, seed)])
                              / baseline[(index, seed)]})
-        progress(f"mgn faults: {mutant.name} s={mutant.severity:g}")
+        progress.step(f"{mutant.name} s={mutant.severity:g}")
         return rows
-
-    def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-        def detected(hits: int) -> dict[str, Any]:
-            return rate(hits, len(rows), count="detected", value=False)
-
-        out = {d: detected(sum(r["detected"][d] for r in rows)) for d in DETECTORS}
-        out["any"] = detected(sum(any(r["detected"].values()) for r in rows))
-        return out
 
     mutants = {}
     for mutant in CATALOGUE + ADVERSARIAL:
         rows = replay(mutant, seeds)
-        by_config = {name: summary([r for r in rows if (r["subject"] < 4) == (name == "seeds")])
+        by_config = {name: _summary([r for r in rows if (r["subject"] < 4) == (name == "seeds")])
                      for name in ("seeds", "variants")} if len(nets) > 4 else {}
-        mutants[mutant.name] = {**asdict(mutant), "trials": rows, "summary": summary(rows),
+        mutants[mutant.name] = {**asdict(mutant), "trials": rows, "summary": _summary(rows),
                                 "by_configuration": by_config}
     control = [{**asdict(t), "detected": t.detected(t.mirror), "mirror_change": 0.0}
                for t in control_trials]
+
     def level(mutant: Mutant) -> dict[str, Any]:
         rows = replay(mutant, seeds[:1])
-        return {**summary(rows), "trials": rows}
+        return {**_summary(rows), "trials": rows}
 
     scale_sweep = {f"{s:g}": level(Mutant("NS_double_scale", "normalisation", s))
                    for s in SCALES}
@@ -335,7 +345,7 @@ def run_catalogue(nets: list[tuple[dict[str, Any], Any]], data: dict[str, Array]
                            "conservation": CONSERVATION_THRESHOLD, "mirror": MIRROR_THRESHOLD},
             "eval_frames": heldout[:EVAL_FRAMES], "permutation_seeds": permutation_seeds,
             "subjects": [s for s, _ in nets], "control": {"trials": control,
-                                                          "summary": summary(control)},
+                                                          "summary": _summary(control)},
             "mutants": mutants, "scale_sweep": scale_sweep, "fraction_sweep": fraction_sweep,
             "precision_recall": precision_recall(mutants, control)}
 

@@ -21,8 +21,7 @@ cylinder flow, the relations the gate admits, the seeded faults and the second t
   relation, and the floor is the mapping's own error on that update (reflected twice).
 - Exact mirror-y on the symmetric channel (``meshes.symmetric_channel``, reflection a
   verified bijection): admitted; V = ||f(M x) - M f(x)|| / ||f(x) - x|| (relative to the
-  predicted update) on ``EXACT_MIRROR_INPUTS`` constructed inputs (a parabolic channel
-  profile plus a seeded smooth perturbation), tolerance ``EXACT_MIRROR_TOLERANCE``.
+  predicted update) on constructed inputs (``kit.sciml.mgn_exact``).
 - P1 continuity: the reference next state's own P1 divergence, against a tolerance of
   ``ABSOLUTE_FRACTION`` of its velocity-gradient scale, decides absolute conservation
   (deferred when the reference's divergence dominates); the reference-relative guard
@@ -46,14 +45,16 @@ from typing import Any
 
 import numpy as np
 
+from kit.runfolder import Progress
 from kit.sciml import mgn_faults, pinned
 from kit.sciml.cards import fixed_tolerance
 from kit.sciml.cylinder import Flow, trajectory
 from kit.sciml.deepmind import study_trajectory
 from kit.sciml.gate import APPROXIMATE, HOLDS, Evidence, decide
 from kit.sciml.ledger import Ledger
-from kit.sciml.meshes import HEIGHT, LENGTH, Mesh, mirror_map, placement_mismatch, symmetric_channel
+from kit.sciml.meshes import Mesh, mirror_map, placement_mismatch, symmetric_channel
 from kit.sciml.mgn import directed_edges
+from kit.sciml.mgn_exact import EXACT_MIRROR_TOLERANCE, channel_symmetry, exact_mirror
 from kit.sciml.mgn_train import Subject, pointmlp_subjects, roster_subjects, train
 from kit.sciml.physicsnemo_subject import Remote
 from kit.sciml.second_task import Airfoil, run_second_task
@@ -62,8 +63,6 @@ from kit.sciml.verdicts import domain_score, judge
 Array = np.ndarray[Any, Any]
 PERMUTATION_TOLERANCE = fixed_tolerance("mgn-node-permutation")
 ABSOLUTE_FRACTION = 0.01  # absolute |div u| tolerance: 1% of the RMS velocity gradient
-EXACT_MIRROR_TOLERANCE = fixed_tolerance("mgn-mirror-y-exact")
-EXACT_MIRROR_INPUTS = 3
 HELDOUT_FLOWS = (Flow(inflow=0.9, frames=10), Flow(inflow=1.1, frames=10))
 
 
@@ -130,77 +129,6 @@ def mapping_floor(pos: Array, field: Array) -> float:
     the mapping alone does to it (applied to the predicted update, the metric's scale)."""
     twice = _mirror(pos, _mirror(pos, field))
     return float(np.linalg.norm(twice - field) / np.linalg.norm(field))
-
-
-def exact_mirror_inputs(mesh: Mesh, count: int) -> list[Array]:
-    """A parabolic channel profile plus a seeded smooth perturbation that vanishes on the
-    walls and the inflow (so the inputs respect the channel's boundary values)."""
-    x, y = mesh.pos[:, 0], mesh.pos[:, 1]
-    profile = 4.0 * y * (HEIGHT - y) / HEIGHT ** 2
-    inputs = []
-    modes = [(i, j) for i in range(1, 4) for j in range(1, 4)]
-    bumps = np.stack([np.sin(i * np.pi * x / LENGTH) * np.sin(j * np.pi * y / HEIGHT)
-                      for i, j in modes], 1)  # (N, 9), zero on every boundary
-    for seed in range(count):
-        amplitude = np.random.default_rng(seed).normal(scale=0.05, size=(len(modes), 2))
-        inputs.append(np.stack([profile, np.zeros_like(profile)], 1) + bumps @ amplitude)
-    return inputs
-
-
-def exact_violation(net: Any, graph: mgn_faults.Graph, target: Array) -> float:
-    """||f(M x) - M f(x)|| / ||f(x) - x|| through the mesh's exact bijection."""
-    base = mgn_faults.step(net, graph)
-    follow = mgn_faults.step(net, graph.with_velocity(mgn_faults.reflect(graph.velocity, target)))
-    expected = mgn_faults.reflect(base, target)
-    return float(np.linalg.norm(follow - expected) / np.linalg.norm(base - graph.velocity))
-
-
-def symmetrised(net: Any) -> Any:
-    """A copy whose normalisers treat y and -y alike (zero mean in every y-odd channel:
-    v_y of the nodes, dy of the edges, the update's v_y), each channel's spread kept: the
-    normaliser control of the exact relation."""
-    import copy
-
-    import torch
-
-    twin = copy.deepcopy(net)
-    with torch.no_grad():
-        for norm, channel in ((twin.node_norm, 1), (twin.edge_norm, 1), (twin.target_norm, 1)):
-            count = norm.count.clamp(min=1)
-            mean = norm.total[channel] / count
-            norm.squares[channel] -= count * mean ** 2
-            norm.total[channel] = 0.0
-    return twin
-
-
-def exact_mirror(ledger: Ledger, net: Any, name: str, channel: Mesh, target: Array,
-                 control: bool = False) -> dict[str, Any]:
-    """The exact relation on every constructed input; with ``control``, also the
-    violation of the normaliser-symmetrised copy on the first input."""
-    graph = mgn_faults.Graph(channel.pos, np.zeros((len(channel.pos), 2)),
-                             channel.node_type.astype(np.int64),
-                             directed_edges(channel.cells))
-    inputs = exact_mirror_inputs(channel, EXACT_MIRROR_INPUTS)
-    violations = []
-    for seed, velocity in enumerate(inputs):
-        v = exact_violation(net, graph.with_velocity(velocity), target)
-        violations.append(v)
-        ledger.add(judge("mgn-mirror-y-exact", f"{name}-channel-input{seed}", v,
-                         EXACT_MIRROR_TOLERANCE))
-    out: dict[str, Any] = {"violations": violations}
-    if control:
-        out["normaliser_control"] = exact_violation(symmetrised(net),
-                                                    graph.with_velocity(inputs[0]), target)
-    return out
-
-
-def channel_symmetry(channel: Mesh, target: Array) -> dict[str, Any]:
-    """What the exact relation's admission rests on, measured on the channel mesh."""
-    mirrored = channel.pos * np.array([1.0, -1.0]) + np.array([0.0, HEIGHT])
-    return {"nodes": len(channel.pos),
-            "reflection_offset": float(np.abs(channel.pos[target] - mirrored).max()),
-            "type_match": float(np.mean(channel.node_type[target] == channel.node_type)),
-            "bijection": bool(len(np.unique(target)) == len(target))}
 
 
 def _decide(ledger: Ledger, cards: dict[str, dict[str, Any]], data: dict[str, Array],
@@ -287,6 +215,50 @@ def _sources(flow: Flow, heldout_flows: tuple[Flow, ...], source: Path | None,
     return data, found, key, origin, provenance
 
 
+def _training_split(frames: int) -> tuple[int, list[int]]:
+    """The first 80% of the transitions train; the rest are the held-out frames."""
+    train_frames = max(1, int(0.8 * (frames - 1)))
+    return train_frames, list(range(train_frames, frames - 1))
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What evaluating a trained subject needs: the training trajectory and the held-out
+    ones with their studies, the training key, and the symmetric channel's mirror map."""
+
+    data: dict[str, Array]
+    others: dict[str, dict[str, Array]]
+    heldout: list[int]
+    train_frames: int
+    key: str
+    cache: Path | None
+    study: Study
+    studies: dict[str, Study]
+    channel: Mesh
+    target: Array
+
+    def cases(self, net: Any, name: str) -> list[dict[str, Any]]:
+        """The subject's per-case rows on the training trajectory's held-out frames and on
+        every frame of each held-out trajectory."""
+        rows = evaluate(self.study, net, name, self.data, self.heldout, "train")
+        for tag, held in self.others.items():
+            rows += evaluate(self.studies[tag], net, name, held,
+                             list(range(len(held["velocity"]) - 1)), tag)
+        return rows
+
+
+def _physicsnemo_subject(ledger: Ledger, t: Trained, base: Subject, physicsnemo: Path,
+                         backend: str) -> dict[str, Any]:
+    """Train and evaluate the PhysicsNeMo MeshGraphNet through its worker."""
+    subject = replace(base, seed=0, arch="physicsnemo")
+    with Remote(physicsnemo, backend) as remote:
+        remote.train(subject, t.data, t.train_frames, t.key, t.cache)
+        rows = t.cases(remote, subject.name)
+        return {**asdict(subject), "name": subject.name, "cases": rows, **remote.info,
+                "exact_mirror": exact_mirror(ledger, remote, subject.name, t.channel,
+                                             t.target)}
+
+
 def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
             permutation_seeds: int = 5, flow: Flow | None = None,
             base: Subject | None = None, cache: Path | None = None,
@@ -307,52 +279,42 @@ def run_mgn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 6,
     flow = flow or Flow()
     data, others, key, origin, provenance = _sources(flow, heldout_flows, source, cache,
                                                      resimulate, pinned_folder)
-    frames = len(data["velocity"])
-    train_frames = max(1, int(0.8 * (frames - 1)))
-    heldout = list(range(train_frames, frames - 1))
+    train_frames, heldout = _training_split(len(data["velocity"]))
     study = _study(ledger, data, permutation_seeds)
-    mesh = study.mesh
     studies = {tag: study if np.array_equal(held["mesh_pos"], data["mesh_pos"])
                else _study(ledger, held, permutation_seeds) for tag, held in others.items()}
     channel = symmetric_channel()
     target = mirror_map(channel)
+    trained = Trained(data, others, heldout, train_frames, key, cache, study, studies,
+                      channel, target)
     record: dict[str, Any] = {
         "source": origin, "trajectories": provenance, "flow": asdict(flow),
         "heldout_flows": [asdict(f) for f in heldout_flows],
-        "nodes": len(mesh.pos), "train_frames": train_frames, "heldout_frames": heldout,
+        "nodes": len(study.mesh.pos), "train_frames": train_frames, "heldout_frames": heldout,
         "mirror_mismatch": study.mismatch, "mirror_domain_score": domain_score(study.mismatch),
         "heldout_meshes": {tag: {"nodes": len(s.mesh.pos), "mirror_mismatch": s.mismatch}
                            for tag, s in studies.items()},
         "symmetric_channel": channel_symmetry(channel, target),
         "continuity": _decide(ledger, cards, data, heldout, study, channel), "subjects": []}
-    subjects = roster_subjects(roster, base or Subject(0))
-    subjects += pointmlp_subjects(pointmlp, base or Subject(0))
+    subjects = roster_subjects(roster, base or Subject(0)) + pointmlp_subjects(
+        pointmlp, base or Subject(0))
     nets = []
+    progress = Progress("sciml: MeshGraphNet subjects", len(subjects) + bool(physicsnemo))
     for subject in subjects:
         net = train(subject, data, train_frames, key, cache)
         if subject.arch == "mgn":
             nets.append((asdict(subject), net))
-        rows = evaluate(study, net, subject.name, data, heldout, "train")
-        for tag, held in others.items():
-            rows += evaluate(studies[tag], net, subject.name, held,
-                             list(range(len(held["velocity"]) - 1)), tag)
         record["subjects"].append({
-            **asdict(subject), "name": subject.name, "cases": rows,
+            **asdict(subject), "name": subject.name, "cases": trained.cases(net, subject.name),
             "exact_mirror": exact_mirror(ledger, net, subject.name, channel, target,
                                          control=subject.arch == "mgn")})
+        progress.step(subject.name)
     record["physicsnemo"] = "not run: no PhysicsNeMo environment given"
     if physicsnemo is not None:
-        subject = replace(base or Subject(0), seed=0, arch="physicsnemo")
-        with Remote(physicsnemo, physicsnemo_backend) as remote:
-            remote.train(subject, data, train_frames, key, cache)
-            rows = evaluate(study, remote, subject.name, data, heldout, "train")
-            for tag, held in others.items():
-                rows += evaluate(studies[tag], remote, subject.name, held,
-                                 list(range(len(held["velocity"]) - 1)), tag)
-            record["subjects"].append({
-                **asdict(subject), "name": subject.name, "cases": rows, **remote.info,
-                "exact_mirror": exact_mirror(ledger, remote, subject.name, channel, target)})
+        record["subjects"].append(_physicsnemo_subject(ledger, trained, base or Subject(0),
+                                                       physicsnemo, physicsnemo_backend))
         record["physicsnemo"] = f"run: {physicsnemo_backend} backend of physicsnemo_worker.py"
+        progress.step("physicsnemo")
     faults = mgn_faults.run_catalogue(nets, data, heldout, permutation_seeds)
     second = run_second_task(ledger, cards, [net for _, net in nets], airfoil,
                              permutation_seeds)

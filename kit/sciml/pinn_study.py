@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as scipy_stats
 
+from kit.runfolder import Progress
 from kit.sciml import pinn
 from kit.sciml.cards import fixed_tolerance
 from kit.sciml.gate import Evidence, decide
@@ -66,6 +67,7 @@ def run_pinn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 15,
                               "boundary_floor": boundary,
                               "conservation_tolerance": conservation}
     ratios: dict[str, list[float]] = {}
+    progress = Progress("sciml: PINN subjects", len(pinn.PDES) * roster)
     for p_index, pde in enumerate(pinn.PDES):
         rows = []
         for seed in range(roster):
@@ -82,6 +84,7 @@ def run_pinn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 15,
                          "mr_b_ratio": found["mr_b_violation"] / boundary,
                          "verdicts": {"mr_a": va.verdict, "mr_b": vb.verdict,
                                       "mr_c": vc.verdict}})
+            progress.step(f"{pde} seed {seed}")
         record["subjects"] += [{"pde": pde, **r} for r in rows]
         ratios[pde] = [r["mr_b_ratio"] for r in rows]
         record["summary"][pde] = {

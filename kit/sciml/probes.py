@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from kit.errors import KitError
+from kit.runfolder import Progress
 from kit.sciml import fno, mgn_faults, pinn
 from kit.sciml.solvers import simulate
 from kit.sciml.stats import rate
@@ -268,6 +269,7 @@ def run_pinn_probes(roster: int = 15, recipe: pinn.Recipe | None = None,
     """The 24 PINN entries over the trained roster (loaded from the cache or trained)."""
     base = recipe or pinn.Recipe("heat", 0)
     entries = []
+    progress = Progress("sciml: PINN probes", len(pinn.PDES) * len(PINN_PROBES))
     for pde in pinn.PDES:
         scale = _field_scale(pde)
         reference = pinn_reference(pde)
@@ -284,6 +286,7 @@ def run_pinn_probes(roster: int = 15, recipe: pinn.Recipe | None = None,
                                "detected": {d: fires(d, found[d], control[d])
                                             for d in DETECTORS["pinn"]}})
             entries.append(_entry("pinn", pde, probe, on_reference, ref_metrics, trials))
+            progress.step(entries[-1]["name"])
     return entries
 
 
@@ -299,6 +302,7 @@ def run_fno_probes(seeds_per_pde: int = 3, recipe: fno.Recipe | None = None,
         card = load_cards()["fno-periodic-translation"]
         shifts = card["transformation"]["parameters"]["shifts"]
     entries = []
+    progress = Progress("sciml: FNO probes", 2 * len(FNO_PROBES))
     for pde in ("heat", "burgers"):
         u0, target = fno.heldout(pde)
         reference = _fno_metrics(Solver(pde), u0, target, shifts)
@@ -318,6 +322,7 @@ def run_fno_probes(seeds_per_pde: int = 3, recipe: fno.Recipe | None = None,
                                    "detected": {d: fires(d, metrics[d], base_case[d])
                                                 for d in DETECTORS["fno"]}})
             entries.append(_entry("fno", pde, probe, on_reference, reference, trials))
+            progress.step(entries[-1]["name"])
     return entries
 
 

@@ -180,9 +180,9 @@ def run_second_task(ledger: Ledger, cards: dict[str, dict[str, Any]], nets: list
         {mass_card["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=mass_floor,
         tolerance=mass_tolerance)))
     perm_card = cards["cmp-node-permutation"]
+    tolerance = fixed_tolerance(perm_card["id"])
     ledger.decide(decide(perm_card, Evidence(
-        {perm_card["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=0.0,
-        tolerance=fixed_tolerance(perm_card["id"]))))
+        {perm_card["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=0.0, tolerance=tolerance)))
     violations = []
     graph = Graph(mesh.pos, velocity, mesh.node_type.astype(np.int64),
                   directed_edges(mesh.cells))
@@ -191,7 +191,6 @@ def run_second_task(ledger: Ledger, cards: dict[str, dict[str, Any]], nets: list
         for seed in range(permutation_seeds):
             v = permutation_violation(net, graph, seed, base)
             violations.append(v)
-            ledger.add(judge(perm_card["id"], f"airfoil-subject{index}-p{seed}", v,
-                             fixed_tolerance(perm_card["id"])))
+            ledger.add(judge(perm_card["id"], f"airfoil-subject{index}-p{seed}", v, tolerance))
     return {"case": asdict(case), "measured": measured,
             "permutation_violations": violations}

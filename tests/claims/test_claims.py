@@ -1,6 +1,8 @@
 """The decision function, one rule kind at a time; the grading of decided rules into
 statuses; every agreement the shipped ledgers claim can fail; ledger args bound at load;
-every registered recompute function named by a ledger."""
+every registered recompute function named by a ledger.
+
+Also covers ``kit.claims.ledger`` (no test file of its own)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The claims page: every claim x substrate as an element id, every status word, escaped
 text, relative evidence links, and a page that headless Chromium renders (not blank,
-every id in the DOM)."""
+every id in the DOM).
+
+Also covers ``kit.claims.page`` (no test file of its own)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,10 @@
 """verify fails closed: tampering, missing keys and schema violations each fail and name
-the file; replay comparison locates a changed element. Evidence: the tiny run, shipped."""
+the file; replay comparison locates a changed element. Evidence: the tiny run, shipped.
+
+Also covers ``kit.__main__``, ``kit.claims.coverage``, ``kit.claims.values``,
+``kit.drift.evidence``, ``kit.drift.recompute``, ``kit.drift.replay``,
+``kit.drift.shipped``, ``kit.runtime.machine``, ``kit.sciml.recompute``,
+``kit.sciml.recompute_catalogue`` (no test file of their own)."""
 
 from __future__ import annotations
 

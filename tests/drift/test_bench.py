@@ -1,4 +1,6 @@
-"""The bench rule (kit.drift.bench.passes) decided in kit, not in the noxfile."""
+"""The bench rule (kit.drift.bench.passes) decided in kit, not in the noxfile.
+
+Also covers ``kit.runtime.floor`` (no test file of its own)."""
 
 from __future__ import annotations
 

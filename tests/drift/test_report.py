@@ -1,7 +1,9 @@
 """The drift report's figures draw the paper's values: each mapped claim is the one whose
 compute recomputes that bar, the values come from the ledger by id (a changed ledger value
 moves the marker), and every figure plots them beside the kit's, here on the shipped
-digits summaries."""
+digits summaries.
+
+Also covers ``kit.drift.grid`` (no test file of its own)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """The drift stages end to end on a tiny real configuration, through the real runtimes:
-digits, ResNet-20 trained for one epoch, a 20-image sample, short severity grids."""
+digits, ResNet-20 trained for one epoch, a 20-image sample, short severity grids.
+
+Also covers ``kit.drift.stages.fault``, ``kit.drift.stages.fetch``,
+``kit.drift.stages.infer``, ``kit.drift.stages.pipeline``, ``kit.drift.stages.score``,
+``kit.drift.stages.sensitivity`` (no test file of their own)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The one-exchange command, through the real command line."""
+"""The one-exchange command, through the real command line.
+
+Also covers ``kit.runtime.scratch`` (no test file of its own)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The image build's pure parts: base choice and the manifest record."""
+"""The image build's pure parts: base choice and the manifest record.
+
+Also covers ``kit.runtime.docker`` (no test file of its own)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The runtime configurations: the declared file, its checks, and the real versions."""
+"""The runtime configurations: the declared file, its checks, and the real versions.
+
+Also covers ``kit.runtime.locks`` (no test file of its own)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The cylinder_flow TFRecord loader, on small files the test writes."""
+"""The cylinder_flow TFRecord loader, on small files the test writes.
+
+Also covers ``kit.sciml.mgn_study``, ``kit.sciml.mgn_train`` (no test file of their
+own)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The kit's MeshGraphNet: shapes, and node-permutation equivariance on an untrained
-model (the exact relation the permutation card relies on)."""
+model (the exact relation the permutation card relies on).
+
+Also covers ``kit.sciml.mgn_exact``, ``kit.sciml.pointmlp`` (no test file of their own)."""
 
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ def test_exact_mirror_passes_an_equivariant_map_and_fails_an_untrained_pointmlp(
 
     from kit.sciml.ledger import Ledger
     from kit.sciml.meshes import mirror_map, symmetric_channel
-    from kit.sciml.mgn_study import EXACT_MIRROR_INPUTS, exact_mirror, exact_mirror_inputs
+    from kit.sciml.mgn_exact import EXACT_MIRROR_INPUTS, exact_mirror, exact_mirror_inputs
     from kit.sciml.pointmlp import build_pointmlp
 
     torch.set_num_threads(1)
@@ -99,7 +101,7 @@ def test_pointmlp_is_permutation_equivariant() -> None:
 def test_the_normaliser_control_zeroes_the_y_odd_means_and_keeps_the_spread() -> None:
     import torch
 
-    from kit.sciml.mgn_study import symmetrised
+    from kit.sciml.mgn_exact import symmetrised
 
     mesh = cylinder_mesh(max_area=2e-3)
     velocity = np.random.default_rng(2).normal(loc=(1.0, 0.3), size=(len(mesh.pos), 2))

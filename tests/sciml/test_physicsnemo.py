@@ -1,7 +1,10 @@
 """The PhysicsNeMo subject's worker protocol: train (then load from the cache), step,
 node-permutation equivariance through the pipe, errors raised with the worker's words.
 The kit backend runs everywhere; the PhysicsNeMo backend where its environment is built
-(``python -m kit.runtime.venvs physicsnemo``)."""
+(``python -m kit.runtime.venvs physicsnemo``).
+
+Also covers ``kit.sciml.physicsnemo_subject``, ``kit.sciml.physicsnemo_worker`` (no test
+file of their own)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The closed-form PINN/FNO probes of the unified catalogue: the references, the measured
-labels, the detection rules and the recounted precision/recall."""
+labels, the detection rules and the recounted precision/recall.
+
+Also covers ``kit.sciml.pinn`` (no test file of its own)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,10 @@
 """SciML framework: cards and their schema, the gate on hand-made cases for each
-condition, every verdict class, the ledger and the statistics."""
+condition, every verdict class, the ledger and the statistics.
+
+Also covers ``kit.sciml.checkpoints``, ``kit.sciml.config``, ``kit.sciml.fno``,
+``kit.sciml.fno_study``, ``kit.sciml.gate``, ``kit.sciml.ledger``,
+``kit.sciml.pinn_study``, ``kit.sciml.pipeline``, ``kit.sciml.run``,
+``kit.sciml.solvers``, ``kit.sciml.verdicts`` (no test file of their own)."""
 
 from __future__ import annotations
 

@@ -23,12 +23,15 @@ import onnx
 from kit.drift.calibrate import threshold
 from kit.drift.detectors import direct_l2
 from kit.drift.evidence import POSITIONS
-from kit.drift.faults import conv_layers, inject
+from kit.drift.faults import FaultRecord, conv_layers, inject
 from kit.drift.instrument import instrument
 from kit.files import canonical_json, load_npz, write_atomic, write_npz
 from kit.runfolder import Progress, Run, say
 from kit.runtime.backends import run_jobs
 from kit.runtime.runtimes import get_runtime
+
+# One probe model: (position, family, grid index, seed, injection record).
+Probe = tuple[str, str, int, int, FaultRecord]
 
 
 def layer_indices(n_convs: int) -> dict[str, int]:
@@ -66,6 +69,46 @@ def _calibration_inputs(run: Run) -> Path:
     return target
 
 
+def _probe_jobs(protocol: dict[str, Any], run: Run, mi: int, name: str, plain: Path,
+                where: dict[str, int], inputs: str
+                ) -> tuple[list[Probe], list[dict[str, str]]]:
+    """Every grid severity's probe model of one model, and the jobs scoring them on calibration."""
+    families, grids = protocol["faults"]["families"], protocol["faults"]["severity_grids"]
+    probe = run.stage("fault") / "probe"
+    probes: list[Probe] = []
+    jobs: list[dict[str, str]] = []
+    for pi, position in enumerate(POSITIONS):
+        for fi, family in enumerate(families):
+            for gi, severity in enumerate(grids[family]):
+                seed = fault_seed(protocol["seeds"]["faults"], mi, pi, fi, gi)
+                target = probe / "models" / name / f"{position}-{family}-{gi}.onnx"
+                record = inject(plain, target, where[position], family, severity, seed)
+                probes.append((position, family, gi, seed, record))
+                jobs.append({"id": target.stem, "model": target.relative_to(run.root)
+                             .as_posix(), "inputs": inputs,
+                             "output": f"{name}/{target.stem}.npz"})
+    return probes, jobs
+
+
+def _chosen_faults(protocol: dict[str, Any], run: Run, name: str, plain: Path, layer: int,
+                   rows: list[Probe], levels: dict[str, int]) -> list[dict[str, Any]]:
+    """The manifest entries of the low and high faults, their models and sketches written."""
+    grids = protocol["faults"]["severity_grids"]
+    found = []
+    for level, index in levels.items():
+        position, family, gi, seed, _ = rows[index]
+        fid = fault_id(name, position, family, level)
+        target = run.stage("fault") / "models" / name / f"{fid}.onnx"
+        record = inject(plain, target, layer, family, grids[family][gi], seed)
+        sketch = target.with_name(f"{fid}.sketch.onnx")
+        instrument(target, sketch, protocol["instrumentation"]["max_values"])
+        found.append({"id": fid, "model": name, "position": position, "level": level,
+                      "onnx": target.relative_to(run.root).as_posix(),
+                      "sketch_onnx": sketch.relative_to(run.root).as_posix(),
+                      **record.as_dict()})
+    return found
+
+
 def run_fault(protocol: dict[str, Any], run: Run, backend: str | None = None
               ) -> dict[str, Any]:
     """Probe severities, write the chosen faulty models and the fault manifest."""
@@ -93,17 +136,7 @@ def run_fault(protocol: dict[str, Any], run: Run, backend: str | None = None
         limit = threshold(direct_l2(c_clean, r_clean), protocol["calibration"]["quantile"])
         layers = conv_layers(onnx.load(str(plain)))
         where = layer_indices(len(layers))
-        probes, jobs = [], []
-        for pi, position in enumerate(POSITIONS):
-            for fi, family in enumerate(families):
-                for gi, severity in enumerate(grids[family]):
-                    seed = fault_seed(protocol["seeds"]["faults"], mi, pi, fi, gi)
-                    target = probe / "models" / name / f"{position}-{family}-{gi}.onnx"
-                    record = inject(plain, target, where[position], family, severity, seed)
-                    probes.append((position, family, gi, seed, record))
-                    jobs.append({"id": target.stem, "model": target.relative_to(run.root)
-                                 .as_posix(), "inputs": inputs,
-                                 "output": f"{name}/{target.stem}.npz"})
+        probes, jobs = _probe_jobs(protocol, run, mi, name, plain, where, inputs)
         run_jobs(cand, jobs, run.root, probe / "cand", backend)
         for position in POSITIONS:
             for family in families:
@@ -118,19 +151,8 @@ def run_fault(protocol: dict[str, Any], run: Run, backend: str | None = None
                     "threshold": limit, "grid": grids[family], "median_direct_l2": medians,
                     "probe_model_sha256": [r.model_sha256 for *_, r in rows],
                     "low": grids[family][low], "high": grids[family][high], "note": note})
-                for level, index in (("low", low), ("high", high)):
-                    _, _, gi, seed, _ = rows[index]
-                    fid = fault_id(name, position, family, level)
-                    target = out / "models" / name / f"{fid}.onnx"
-                    record = inject(plain, target, where[position], family,
-                                    grids[family][gi], seed)
-                    sketch = target.with_name(f"{fid}.sketch.onnx")
-                    instrument(target, sketch, protocol["instrumentation"]["max_values"])
-                    faults.append({"id": fid, "model": name, "position": position,
-                                   "level": level,
-                                   "onnx": target.relative_to(run.root).as_posix(),
-                                   "sketch_onnx": sketch.relative_to(run.root).as_posix(),
-                                   **record.as_dict()})
+                faults += _chosen_faults(protocol, run, name, plain, where[position], rows,
+                                         {"low": low, "high": high})
         shutil.rmtree(probe / "models" / name)
         progress.step(name)
     result = {"faults": faults, "count": len(faults)}

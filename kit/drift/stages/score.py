@@ -24,7 +24,7 @@ import numpy as np
 import yaml
 
 from kit.drift import analysis
-from kit.drift.detectors import score_block
+from kit.drift.detectors import Scores, score_block
 from kit.drift.evidence import (
     CASE_COLUMNS,
     POSITIONS,
@@ -77,15 +77,85 @@ def _sketches(block: dict[str, Array], n_layers: int, rows: Array | slice) -> li
     return [block[f"sketch/{i}"][rows] for i in range(n_layers)]
 
 
-def build_table(protocol: dict[str, Any], run: Run, outputs: Outputs, cell: str, cond: str,
-                localise: bool) -> tuple[dict[str, Array], dict[str, Array]]:
-    """The case table of one (cell, condition) and, with localisation, its layer scores."""
-    split, fetched, faults = run.record("split"), run.record("fetch"), run.record("fault")
+def _condition_rows(split: dict[str, Any], cond: str) -> tuple[Array, Array, Array, Array]:
+    """(positions, role codes, labels, image indices) of the condition's rows."""
     rows_meta = split["rows"]
     positions = np.asarray(split["conditions"][cond]["positions"])
     role = np.array([ROLE_CODES[rows_meta[p]["role"]] for p in positions], np.int8)
     label = np.array([rows_meta[p]["label"] for p in positions], np.int16)
     image = np.array([rows_meta[p]["index"] for p in positions], np.int32)
+    return positions, role, label, image
+
+
+def _variant_layer_scores(outputs: Outputs, model: str, variant: str, cond: str,
+                          n_layers: int, positions: Array, sel: Array, ref_o: list[Array],
+                          ref_t: list[Array]) -> dict[str, Array]:
+    """Float32 per-layer localisation scores of one candidate variant on the selected rows."""
+    c_sk_o = outputs.get("cand", model, variant, "sketch", "orig")
+    c_sk_t = outputs.get("cand", model, variant, "sketch", cond)
+    raw = layer_scores(_sketches(c_sk_o, n_layers, positions[sel]),
+                       [x[sel] for x in ref_o],
+                       _sketches(c_sk_t, n_layers, sel), [x[sel] for x in ref_t])
+    return {k: v.astype(np.float32) for k, v in raw.items()}
+
+
+def _clean_normalisers(stored: dict[str, Array], role: Array, quantile: float
+                       ) -> tuple[dict[str, Array], Array]:
+    """Per-kind layer normalisers from the clean calibration rows, and those rows' indices."""
+    cal = role == ROLE_CODES["calibration"]
+    norms = {k: normalisers(stored[k][cal].astype(np.float64), quantile) for k in KINDS}
+    return norms, np.flatnonzero(cal)
+
+
+def _fault_ranks(stored: dict[str, Array], norms: dict[str, Array], layer_index: int, n: int
+                 ) -> tuple[dict[str, Array], Array]:
+    """Per-kind rank of the faulted layer on each of the n fault rows, and those rows' indices."""
+    truth = np.full(n, layer_index)
+    ranks = {k: true_layer_rank(stored[k].astype(np.float64), norms[k], truth)
+             .astype(np.int16) for k in KINDS}
+    return ranks, np.arange(n)
+
+
+def _fault_codes(fault: dict[str, Any] | None, families: list[str]) -> dict[str, int]:
+    """The coded position, family, level and layer of a fault (-1 each for the clean model)."""
+    if fault is None:
+        return {"position": -1, "family": -1, "level": -1, "layer": -1}
+    return {"position": POSITIONS.index(fault["position"]),
+            "family": families.index(fault["family"]),
+            "level": LEVELS.index(fault["level"]), "layer": fault["layer_index"]}
+
+
+def _identity_columns(m: int, index: int, coded: dict[str, int], sample: Array, image: Array,
+                      role: Array, label: Array) -> dict[str, Array]:
+    """The columns naming each row's model, fault and source image."""
+    n = len(sample)
+    return {
+        "model": np.full(n, m, np.int8), "fault": np.full(n, index, np.int16),
+        "position": np.full(n, coded["position"], np.int8),
+        "family": np.full(n, coded["family"], np.int8),
+        "level": np.full(n, coded["level"], np.int8),
+        "layer": np.full(n, coded["layer"], np.int16),
+        "sample": sample.astype(np.int16), "image": image, "role": role, "label": label}
+
+
+def _score_columns(s: Scores, r_o: Array, r_t: Array, c_o: Array, ranks: dict[str, Array]
+                   ) -> dict[str, Array]:
+    """The columns of each row's detector scores, top-1 classes and localisation ranks."""
+    return {
+        "e_o_norm": s.e_o_norm, "e_t_norm": s.e_t_norm, "metamorphic": s.metamorphic,
+        "mixed": s.mixed, "maximum": s.maximum, "cosine": s.cosine, "ratio": s.ratio,
+        "ref_top1_o": r_o.argmax(1).astype(np.int16),
+        "ref_top1_t": r_t.argmax(1).astype(np.int16),
+        "cand_top1_o": c_o.argmax(1).astype(np.int16),
+        "stable": r_o.argmax(1) == r_t.argmax(1),
+        **{f"rank_{k}": ranks[k] for k in KINDS}}
+
+
+def build_table(protocol: dict[str, Any], run: Run, outputs: Outputs, cell: str, cond: str,
+                localise: bool) -> tuple[dict[str, Array], dict[str, Array]]:
+    """The case table of one (cell, condition) and, with localisation, its layer scores."""
+    split, fetched, faults = run.record("split"), run.record("fetch"), run.record("fault")
+    positions, role, label, image = _condition_rows(split, cond)
     tol = protocol["detectors"]["mixed_tolerance"]
     quantile = protocol["calibration"]["quantile"]
     families = protocol["faults"]["families"]
@@ -116,45 +186,18 @@ def build_table(protocol: dict[str, Any], run: Run, outputs: Outputs, cell: str,
             n = int(sel.sum())
             ranks = {k: np.zeros(n, np.int16) for k in KINDS}
             if localise:
-                c_sk_o = outputs.get("cand", model, variant, "sketch", "orig")
-                c_sk_t = outputs.get("cand", model, variant, "sketch", cond)
-                raw = layer_scores(_sketches(c_sk_o, n_layers, positions[sel]),
-                                   [x[sel] for x in ref_o],
-                                   _sketches(c_sk_t, n_layers, sel), [x[sel] for x in ref_t])
-                stored = {k: v.astype(np.float32) for k, v in raw.items()}
+                stored = _variant_layer_scores(outputs, model, variant, cond, n_layers,
+                                               positions, sel, ref_o, ref_t)
                 if fault is None:
-                    cal = role[sel] == ROLE_CODES["calibration"]
-                    norms = {k: normalisers(stored[k][cal].astype(np.float64), quantile)
-                             for k in KINDS}
-                    keep = np.flatnonzero(cal)
+                    norms, keep = _clean_normalisers(stored, role[sel], quantile)
                 else:
-                    truth = np.full(n, fault["layer_index"])
-                    ranks = {k: true_layer_rank(stored[k].astype(np.float64), norms[k], truth)
-                             .astype(np.int16) for k in KINDS}
-                    keep = np.arange(n)
+                    ranks, keep = _fault_ranks(stored, norms, fault["layer_index"], n)
                 for k in KINDS:
                     kept_layers[k].append(stored[k][keep])
                 kept_rows.append(offset + keep)
-            coded = {"position": -1, "family": -1, "level": -1, "layer": -1}
-            if fault is not None:
-                coded = {"position": POSITIONS.index(fault["position"]),
-                         "family": families.index(fault["family"]),
-                         "level": LEVELS.index(fault["level"]), "layer": fault["layer_index"]}
-            block = {
-                "model": np.full(n, m, np.int8), "fault": np.full(n, index, np.int16),
-                "position": np.full(n, coded["position"], np.int8),
-                "family": np.full(n, coded["family"], np.int8),
-                "level": np.full(n, coded["level"], np.int8),
-                "layer": np.full(n, coded["layer"], np.int16),
-                "sample": positions[sel].astype(np.int16), "image": image[sel],
-                "role": role[sel], "label": label[sel],
-                "e_o_norm": s.e_o_norm, "e_t_norm": s.e_t_norm, "metamorphic": s.metamorphic,
-                "mixed": s.mixed, "maximum": s.maximum, "cosine": s.cosine, "ratio": s.ratio,
-                "ref_top1_o": r_o[sel].argmax(1).astype(np.int16),
-                "ref_top1_t": r_t[sel].argmax(1).astype(np.int16),
-                "cand_top1_o": c_o.argmax(1).astype(np.int16),
-                "stable": r_o[sel].argmax(1) == r_t[sel].argmax(1),
-                **{f"rank_{k}": ranks[k] for k in KINDS}}
+            block = {**_identity_columns(m, index, _fault_codes(fault, families),
+                                         positions[sel], image[sel], role[sel], label[sel]),
+                     **_score_columns(s, r_o[sel], r_t[sel], c_o, ranks)}
             for name, values in block.items():
                 columns[name].append(np.asarray(values).astype(CASE_COLUMNS[name]))
             offset += n
