@@ -57,8 +57,30 @@ def _add_drift_commands(add: Add) -> None:
                                 "full sha256 for every file; recorded in fetch.json)")
         stage.add_argument("--backend", choices=["docker", "venv"])
         stage.add_argument("--protocol", type=Path, help="protocol YAML (default: the frozen one)")
+    sweep = add("sweep", help="the real-drift sweep: every release x level x threads "
+                              "(kit/protocols/realdrift.yaml)")
+    sweep.add_argument("--run", type=Path, help="run folder (default runs/sweep-digits)")
+    sweep.add_argument("--releases", nargs="+", metavar="RELEASE",
+                       help="sweep only these releases (they must include 1.20.1 and 1.29.0)")
+    sweep.add_argument("--levels", nargs="+", metavar="LEVEL",
+                       help="sweep only these levels (default: every level each release offers)")
+    sweep.add_argument("--threads", nargs="+", type=int, metavar="N",
+                       help="intra-op thread counts (default: the protocol's 1 2)")
+    sweep.add_argument("--protocol", type=Path,
+                       help="drift protocol for fetch and split (default: the frozen one)")
+    sweep.add_argument("--backend", choices=["docker", "venv"])
+    _add_scale_options(sweep)
     bench = add("bench", help="benchmark infer and the nested bootstrap")
     bench.add_argument("--run", type=Path, help="finished drift run (default runs/digits)")
+
+
+def _add_scale_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="Dask LocalCluster worker processes (default: one per core; "
+                             "1: serial, in this process)")
+    parser.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                        help="an existing Dask cluster whose workers have the kit and see "
+                             "the run folder at the same path")
 
 
 def _add_claims_commands(add: Add) -> None:
@@ -235,6 +257,19 @@ def _sciml_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from kit.drift.protocol import PROTOCOL
+    from kit.drift.sweep import run_sweep
+    from kit.paths import ROOT
+
+    folder = args.run or ROOT / "runs" / "sweep-digits"
+    run_sweep(folder, drift_protocol=args.protocol or PROTOCOL, releases=args.releases,
+              levels=args.levels, threads=args.threads, backend=args.backend,
+              scheduler=args.scheduler, workers=args.workers)
+    print(folder)
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from kit.drift.bench import bench
 
@@ -254,7 +289,8 @@ def _ship(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run, "images": _images, "stage": _stage, "reproduce": _stage, "verify": _verify,
-    "sciml": _sciml, "sciml-report": _sciml_report, "bench": _bench, "ship": _ship}
+    "sciml": _sciml, "sciml-report": _sciml_report, "sweep": _sweep, "bench": _bench,
+    "ship": _ship}
 
 
 def main(argv: list[str] | None = None) -> int:

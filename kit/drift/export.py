@@ -4,6 +4,9 @@ Eval mode, the TorchScript exporter (``dynamo=False``), a fixed opset, one input
 ``input`` (NCHW float32) with a dynamic batch axis and one output ``logits``. In eval
 mode the exporter folds every BatchNormalization into the preceding convolution, so the
 graph holds Conv (with bias) and no BatchNormalization; ``export_onnx`` checks that.
+``batchnorm="kept"`` (the real-drift sweep's second export) keeps every BatchNormalization
+as its own op (``TrainingMode.PRESERVE`` of an eval-mode model: inference BN), and checks
+that the graph holds one per BatchNorm module.
 """
 
 from __future__ import annotations
@@ -18,14 +21,22 @@ if TYPE_CHECKING:
     import torch
 
 OPSET = 17
+BATCHNORM = ("folded", "kept")
 
 
-def export_onnx(model: torch.nn.Module, path: Path, input_shape: tuple[int, ...]) -> Path:
-    """Write ``model`` to ``path`` as ONNX (BN folded); returns the path."""
+def export_onnx(model: torch.nn.Module, path: Path, input_shape: tuple[int, ...],
+                batchnorm: str = "folded", opset: int = OPSET) -> Path:
+    """Write ``model`` to ``path`` as ONNX (BN folded, or kept); returns the path."""
+    if batchnorm not in BATCHNORM:
+        raise KitError(f"{path}: batchnorm must be one of {BATCHNORM}, not {batchnorm!r}")
     import onnx
     import torch
 
     model = model.eval()
+    # folded: the exporter's default (eval) mode, passed as before so the bytes stay put
+    mode = {"training": torch.onnx.TrainingMode.PRESERVE} if batchnorm == "kept" else {}
+    expected = 0 if batchnorm == "folded" else sum(
+        isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
     example = torch.zeros((1, *input_shape[1:]), dtype=torch.float32)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -34,16 +45,17 @@ def export_onnx(model: torch.nn.Module, path: Path, input_shape: tuple[int, ...]
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", FutureWarning)
         warnings.simplefilter("ignore", UserWarning)
-        torch.onnx.export(model, (example,), str(tmp), dynamo=False, opset_version=OPSET,
+        torch.onnx.export(model, (example,), str(tmp), dynamo=False, opset_version=opset,
+                          **mode,
                           input_names=["input"], output_names=["logits"],
                           dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
                           do_constant_folding=True)
     graph = onnx.load(str(tmp))
     onnx.checker.check_model(graph)
     kept = [node.op_type for node in graph.graph.node if node.op_type == "BatchNormalization"]
-    if kept:
+    if len(kept) != expected:
         tmp.unlink()
-        raise KitError(f"{path}: export kept {len(kept)} BatchNormalization node(s); "
-                       "the drift study exports with BN folded into the convolutions")
+        raise KitError(f"{path}: export ({batchnorm} BN) kept {len(kept)} "
+                       f"BatchNormalization node(s), not {expected}")
     tmp.replace(path)
     return path

@@ -162,6 +162,30 @@ def worker_error(stderr: str) -> str | None:
                  if line.startswith("worker: error: ")), None)
 
 
+def describe_runtime(runtime: Runtime, backend: str | None = None) -> dict[str, Any]:
+    """Ask the runtime's own worker which onnxruntime it holds and which graph optimisation
+    levels that release offers (``worker.py --describe``); a worker that is not the lock's
+    release is refused."""
+    chosen = select_backend(backend)
+    if chosen == "docker":
+        check_image(runtime)
+        cmd = ["docker", "run", "--rm", "--network", "none", "--read-only", "--cap-drop",
+               "ALL", runtime.image, "--describe"]
+    else:
+        cmd = [str(ensure_runtime(runtime.name)), "-I", str(WORKER), "--describe"]
+    proc = subprocess.run(cmd, capture_output=True, text=True,
+                          env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"})
+    if proc.returncode != 0:
+        raise WorkerFailed(f"{runtime.name} worker ({chosen}) --describe failed: "
+                           + "\n".join(proc.stderr.strip().splitlines()[-5:]), proc.stderr)
+    described: dict[str, Any] = json.loads(proc.stdout)
+    if described.get("onnxruntime") != runtime.onnxruntime:
+        raise WorkerFailed(f"{runtime.name} worker ({chosen}) runs onnxruntime "
+                           f"{described.get('onnxruntime')}, not {runtime.onnxruntime} "
+                           f"({runtime.lock})", proc.stderr)
+    return described
+
+
 def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
              out_root: Path, backend: str | None = None,
              progress: Callable[[str], None] | None = None) -> list[Path]:

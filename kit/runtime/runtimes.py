@@ -1,4 +1,10 @@
-"""The runtime configurations (``kit/runtimes.toml``): lock, image, optimisation level."""
+"""The runtimes: the study's named configurations (``runtimes.toml``: lock, image,
+optimisation level) and any onnxruntime CPU release as data (``releases.toml``).
+
+A release runs from ``locks/ort-<release>.lock`` (written by ``python -m
+kit.runtime.releases lock``), or from the lock of the ``runtimes.toml`` entry that pins it,
+so 1.20.1 is ``ref`` and 1.29.0 is ``cand``; its image builds from ``Dockerfile.release``.
+The graph optimisation level and thread counts are per job, never part of a runtime."""
 
 from __future__ import annotations
 
@@ -12,7 +18,11 @@ from kit.paths import ROOT
 from kit.runtime.locks import lock_requirements
 
 CONFIG = Path(__file__).with_name("runtimes.toml")
-GRAPH_LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_all")
+RELEASES = Path(__file__).with_name("releases.toml")
+# Every level any release names (1.2x added enable_layout); which of them a release
+# offers is asked of its own wheel (kit.runtime.backends.describe_runtime).
+GRAPH_LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_layout",
+                "enable_all")
 FIELDS = ("description", "onnxruntime", "lock", "dockerfile", "image", "graph_optimization")
 
 
@@ -64,9 +74,47 @@ def load_runtimes(config: Path = CONFIG, root: Path = ROOT) -> dict[str, Runtime
     return runtimes
 
 
+def known_releases(path: Path = RELEASES) -> dict[str, str]:
+    """Every release the kit can run, mapped to the numpy its lock pins."""
+    try:
+        table = tomllib.loads(path.read_text())["numpy"]
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError) as exc:
+        raise ConfigError(f"{path}: cannot read the release table ({exc!r})") from exc
+    return dict(table)
+
+
+def release_lock(release: str, root: Path = ROOT) -> Path:
+    """Where the kit writes the lock of a release no runtimes.toml entry pins."""
+    return root / "locks" / f"ort-{release}.lock"
+
+
+def release_runtime(release: str) -> Runtime:
+    """The runtime of onnxruntime ``release``: the runtimes.toml entry pinning it, else
+    ``ort-<release>`` from its own lock. An unknown release or a missing lock is a
+    ConfigError naming it, raised before anything runs."""
+    releases = known_releases()
+    if release not in releases:
+        raise ConfigError(f"{RELEASES}: onnxruntime {release!r} is not a release the kit "
+                          f"knows (no cp311 CPU wheel listed); known: {', '.join(releases)}")
+    named = [rt for rt in load_runtimes().values() if rt.onnxruntime == release]
+    if named:
+        return named[0]
+    lock = release_lock(release)
+    if not lock.is_file():
+        raise ConfigError(f"{lock}: no lock for onnxruntime {release}; write it with "
+                          f"`python -m kit.runtime.releases lock {release}`")
+    _check_lock(f"ort-{release}", lock, release)
+    return Runtime(name=f"ort-{release}", description=f"onnxruntime {release}",
+                   onnxruntime=release, lock=lock, dockerfile=ROOT / "Dockerfile.release",
+                   image=f"kit-ort:{release}", graph_optimization="disable_all")
+
+
 def get_runtime(name: str) -> Runtime:
-    """The runtime called ``name`` (``ref`` or ``cand``)."""
+    """The runtime called ``name``: ``ref``, ``cand`` or ``ort-<release>``."""
+    if name.startswith("ort-"):
+        return release_runtime(name.removeprefix("ort-"))
     runtimes = load_runtimes()
     if name not in runtimes:
-        raise ConfigError(f"{CONFIG}: no runtime {name!r}; known: {sorted(runtimes)}")
+        raise ConfigError(f"{CONFIG}: no runtime {name!r}; known: {sorted(runtimes)} "
+                          "and ort-<release> for every release of releases.toml")
     return runtimes[name]

@@ -6,7 +6,7 @@ environments of the ``venv`` backend (``.kit/venvs/ref`` and ``cand``, from the 
 the Dockerfiles install). An environment is reused only while the stamp inside it matches
 the lock's sha256; otherwise it is rebuilt from scratch.
 
-    python -m kit.runtime.venvs tools|verify|ref|cand|physicsnemo
+    python -m kit.runtime.venvs tools|verify|ref|cand|physicsnemo|ort-RELEASE
                                         build (or confirm) one environment
 
 ``verify`` holds only what ``python -m kit verify`` imports (numpy, scipy, scikit-learn,
@@ -23,13 +23,15 @@ torch); antlr4-python3-runtime is a pure-Python sdist built in isolation.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kit.errors import ConfigError, EnvironmentFailed
@@ -109,6 +111,19 @@ def split_lock(lock: Path, names: tuple[str, ...]) -> tuple[str, str]:
     return rest, only
 
 
+@contextlib.contextmanager
+def _building(path: Path) -> Iterator[None]:
+    """Hold the build lock of ``path`` (beside it): two processes asking for the same
+    environment at once (two Dask workers on one machine) build it once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent / f".{path.name}.build-lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def ensure_venv(path: Path, lock: Path, editable: Path | None = None,
                 python: str = sys.executable, compile_bytecode: bool = True) -> Path:
     """Build ``path`` from ``lock`` with ``--require-hashes`` unless it is current;
@@ -118,6 +133,14 @@ def ensure_venv(path: Path, lock: Path, editable: Path | None = None,
     lock_requirements(lock)
     if is_current(path, lock, editable):
         return venv_python(path)
+    with _building(path):
+        if is_current(path, lock, editable):  # built by another process meanwhile
+            return venv_python(path)
+        return _build(path, lock, editable, python, compile_bytecode)
+
+
+def _build(path: Path, lock: Path, editable: Path | None, python: str,
+           compile_bytecode: bool) -> Path:
     if Path(sys.prefix).resolve() == path.resolve() or \
             Path(python).resolve().is_relative_to(path.resolve()):
         raise EnvironmentFailed(
@@ -179,8 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     builders: dict[str, Callable[[], Path]] = {
         "tools": ensure_tools, "verify": ensure_verify, "ref": lambda: ensure_runtime("ref"),
         "cand": lambda: ensure_runtime("cand"), "physicsnemo": ensure_physicsnemo}
+    if len(args) == 1 and args[0].startswith("ort-"):  # any release (kit/runtime/releases.toml)
+        builders[args[0]] = lambda: ensure_runtime(args[0])
     if len(args) != 1 or args[0] not in builders:
-        print(f"usage: python -m kit.runtime.venvs {'|'.join(builders)}", file=sys.stderr)
+        print(f"usage: python -m kit.runtime.venvs {'|'.join(builders)}|ort-RELEASE",
+              file=sys.stderr)
         return 2
     try:
         python = builders[args[0]]()

@@ -58,7 +58,8 @@ import numpy as np
 
 Array = np.ndarray[Any, Any]  # any dtype, any shape
 
-GRAPH_LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_all")
+# Every level any release names; which a release offers is its own enum's (offered_levels).
+GRAPH_LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_layout", "enable_all")
 JOB_KEYS = {
     "id", "model", "inputs", "output", "graph_optimization",
     "intra_op_threads", "inter_op_threads", "batch_size",
@@ -535,9 +536,31 @@ def _job_list(jobs_file: Path, out_root: Path) -> tuple[list[dict[str, Any]], li
     return jobs, outputs
 
 
+def offered_levels() -> list[str]:
+    """The graph optimisation levels this onnxruntime offers, lowest first (its own enum)."""
+    import onnxruntime as ort
+
+    members = ort.GraphOptimizationLevel.__members__
+    return [name.removeprefix("ORT_").lower()
+            for name, value in sorted(members.items(), key=lambda item: int(item[1]))]
+
+
+def describe() -> dict[str, Any]:
+    """What this runtime is: its onnxruntime version and the levels it offers."""
+    import onnxruntime as ort
+
+    return {"onnxruntime": ort.__version__, "levels": offered_levels(),
+            "numpy": np.__version__}
+
+
 def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
     """Validate every job, then run them all in this process; returns output paths."""
     jobs, outputs = _job_list(jobs_file, out_root)
+    lacking = sorted({job["graph_optimization"] for job in jobs} - set(offered_levels()))
+    if lacking:
+        raise JobError(str(jobs_file), f"onnxruntime {describe()['onnxruntime']} offers no "
+                                       f"graph optimisation level {', '.join(lacking)} "
+                                       f"(it offers {', '.join(offered_levels())})")
 
     # One session is kept at a time (a stage has hundreds of models; jobs come grouped by
     # model), and each distinct input file is read once.
@@ -600,10 +623,17 @@ def meta_path(output: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="worker", description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=Path, required=True)
-    parser.add_argument("--in-root", type=Path, required=True)
-    parser.add_argument("--out-root", type=Path, required=True)
+    parser.add_argument("--describe", action="store_true",
+                        help="print the onnxruntime version and its levels as JSON, run nothing")
+    parser.add_argument("--jobs", type=Path)
+    parser.add_argument("--in-root", type=Path)
+    parser.add_argument("--out-root", type=Path)
     args = parser.parse_args(argv)
+    if args.describe:
+        print(json.dumps(describe(), sort_keys=True))
+        return 0
+    if args.jobs is None or args.in_root is None or args.out_root is None:
+        parser.error("--jobs, --in-root and --out-root are required")
     try:
         outputs = run_jobs(args.jobs, args.in_root, args.out_root)
     except JobError as exc:

@@ -66,9 +66,11 @@ def plan(protocol: dict[str, Any], run: Run) -> dict[str, list[dict[str, Any]]]:
     return jobs
 
 
-def is_done(run: Run, job: dict[str, Any], hashes: dict[str, str]) -> bool:
-    """True when the job's output is complete and was made from the current files."""
-    output = run.stage("infer") / job["output"]
+def is_done(run: Run, job: dict[str, Any], hashes: dict[str, str], stage: str = "infer"
+            ) -> bool:
+    """True when the job's output (under ``<run>/<stage>``) is complete and was made from
+    the current files with the job's session options."""
+    output = run.stage(stage) / job["output"]
     meta = meta_path(output)
     if not output.is_file() or not meta.is_file():
         return False
@@ -83,9 +85,10 @@ def is_done(run: Run, job: dict[str, Any], hashes: dict[str, str]) -> bool:
             hashes[name] = sha256(run.root / name)
         if record.get(key) != hashes[name]:
             return False
+    options = record.get("session_options", {})
     return bool(record.get("output_sha256") == sha256(output)
-                and record.get("session_options", {}).get("graph_optimization")
-                == job["graph_optimization"])
+                and options.get("graph_optimization") == job["graph_optimization"]
+                and options.get("intra_op_threads") == job.get("intra_op_threads", 1))
 
 
 def run_infer(protocol: dict[str, Any], run: Run, backend: str | None = None

@@ -1,0 +1,114 @@
+"""The real-drift sweep's measures of one cell against the reference cell (float64).
+
+For one model and export, with ``r`` the reference cell's and ``c`` a cell's logits on the
+clean held-out images (``_o`` source, ``_t`` rotated):
+
+    max_abs_logit       max |c - r| over both conditions, images and classes
+    norm quantiles      quantiles of ||c_o - r_o|| over images
+    flips               images whose argmax differs from the reference's, per condition
+    first_moving_layer  the first convolution (graph order) whose sketch differs in any bit
+    alarms              per detector of the drift study, the share of source images whose
+                        score exceeds the threshold calibrated on the paper's pair, with a
+                        nested bootstrap over source images: each replicate recalibrates
+                        the threshold on resampled calibration images and counts alarms on
+                        resampled held-out images (the same draws for every cell)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kit.drift.bootstrap import draw_counts
+from kit.drift.calibrate import resampled_thresholds, threshold
+from kit.drift.detectors import DETECTORS, Scores, score_block
+
+Array = np.ndarray[Any, Any]
+QUANTILES = (0.5, 0.9, 0.99, 1.0)
+
+
+@dataclass(frozen=True)
+class Logits:
+    """A cell's outputs on one model and export: logits and sketches per condition."""
+
+    logits: dict[str, Array]  # condition -> (n, classes)
+    sketches: dict[str, dict[str, Array]]  # condition -> sketch output name -> (n, k)
+
+
+def layer_order(names: list[str]) -> list[str]:
+    """Sketch outputs ``sketch/<i>`` in graph order (by i)."""
+    return sorted(names, key=lambda name: int(name.rsplit("/", 1)[1]))
+
+
+def first_moving_layer(cell: Logits, reference: Logits) -> int | None:
+    """Index of the first convolution whose sketch differs in any bit on any condition."""
+    for name in layer_order(list(reference.sketches[next(iter(reference.sketches))])):
+        for cond, sketches in reference.sketches.items():
+            if not np.array_equal(cell.sketches[cond][name], sketches[name]):
+                return int(name.rsplit("/", 1)[1])
+    return None
+
+
+def drift_measures(cell: Logits, reference: Logits, source: str) -> dict[str, Any]:
+    """max |d logit|, ||e_o|| quantiles and flips of one cell (held-out rows only)."""
+    diffs = {cond: cell.logits[cond].astype(np.float64) - reference.logits[cond].astype(
+        np.float64) for cond in reference.logits}
+    norms = np.linalg.norm(diffs[source], axis=1)
+    return {
+        "max_abs_logit": float(max(np.abs(d).max() for d in diffs.values())),
+        "norm_quantiles": {str(q): float(np.quantile(norms, q)) for q in QUANTILES},
+        "flips": {cond: int((cell.logits[cond].argmax(1) != reference.logits[cond].argmax(1))
+                            .sum()) for cond in reference.logits},
+        "first_moving_layer": first_moving_layer(cell, reference),
+    }
+
+
+def scores(cell: Logits, reference: Logits, source: str, rotated: str,
+           tolerance: dict[str, float]) -> Scores:
+    """The drift study's detector scores of a cell against the reference."""
+    return score_block(cell.logits[source], reference.logits[source], cell.logits[rotated],
+                       reference.logits[rotated], tolerance["atol"], tolerance["rtol"])
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The pair's thresholds on one model and export, and the bootstrap's draws."""
+
+    thresholds: dict[str, float]
+    replicate_thresholds: dict[str, Array]  # detector -> (R,)
+    held_counts: Array  # (R, n_held)
+
+
+def calibrate(pair_scores: Scores, quantile: float, replicates: int, seed: int,
+              n_held: int) -> Calibration:
+    """Thresholds on the pair's clean calibration scores, fixed and per replicate."""
+    rng = np.random.default_rng(seed)
+    n_cal = len(pair_scores.direct)
+    cal_counts = draw_counts(rng, n_cal, replicates)
+    held_counts = draw_counts(rng, n_held, replicates)
+    fixed, per_replicate = {}, {}
+    for name in DETECTORS:
+        values = pair_scores.detector(name)
+        order = np.argsort(values, kind="stable")
+        fixed[name] = threshold(values, quantile)
+        per_replicate[name] = resampled_thresholds(values[order], cal_counts[:, order], quantile)
+    return Calibration(fixed, per_replicate, held_counts)
+
+
+def alarm_rates(cell_scores: Scores, calibration: Calibration, interval: float
+                ) -> dict[str, dict[str, Any]]:
+    """Each detector's alarm rate on the cell's held-out images, with its nested interval."""
+    out = {}
+    tail = (1 - interval) / 2
+    for name in DETECTORS:
+        values = cell_scores.detector(name)
+        alarms = values > calibration.thresholds[name]
+        replicate = values[None, :] > calibration.replicate_thresholds[name][:, None]
+        rates = (calibration.held_counts * replicate).sum(axis=1) / len(values)
+        out[name] = {"alarms": int(alarms.sum()), "n": int(len(values)),
+                     "rate": float(alarms.mean()),
+                     "interval": [float(np.quantile(rates, tail)),
+                                  float(np.quantile(rates, 1 - tail))]}
+    return out

@@ -1,0 +1,106 @@
+"""Scale-out: hand a list of job batches to Dask distributed, or run them in this process.
+
+A batch is one runtime and the jobs it runs in one worker process (``backends.run_jobs``).
+Every job writes its own output file and depends on nothing but its model, inputs and
+session options, so the order and the process a batch runs in change no byte:
+
+- ``workers=1`` without a scheduler: every batch in this process, in order;
+- otherwise a ``distributed.LocalCluster`` of ``workers`` single-threaded worker processes
+  (default: one per core), on loopback, torn down afterwards;
+- ``scheduler="tcp://HOST:PORT"``: an existing cluster. Its workers need the kit installed
+  and the run folder at the same path (a shared filesystem); each builds or reuses the
+  runtime environments from the committed locks (``kit.runtime.venvs``, serialised per
+  environment by a file lock). An unreachable scheduler is a ``ScaleError`` before any job.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kit.errors import KitError
+from kit.runtime.backends import run_jobs
+from kit.runtime.runtimes import Runtime
+
+CONNECT_TIMEOUT_S = 20
+
+
+class ScaleError(KitError):
+    """No cluster to run on (an unreachable scheduler, a bad worker count)."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The jobs one worker process runs under one runtime."""
+
+    runtime: Runtime
+    jobs: tuple[dict[str, Any], ...]
+    label: str
+
+
+def _run_batch(batch: Batch, in_root: str, out_root: str, backend: str | None) -> int:
+    run_jobs(batch.runtime, list(batch.jobs), Path(in_root), Path(out_root), backend)
+    return len(batch.jobs)
+
+
+def default_workers() -> int:
+    """One single-threaded worker process per core."""
+    return os.cpu_count() or 1
+
+
+def _client(scheduler: str | None, workers: int) -> Any:
+    from distributed import Client, LocalCluster
+
+    if scheduler is None:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               host="127.0.0.1", dashboard_address=None)
+        return Client(cluster)
+    if not scheduler.startswith(("tcp://", "tls://")):
+        raise ScaleError(f"scheduler {scheduler!r}: give an address as tcp://HOST:PORT")
+    try:
+        return Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError) as exc:
+        raise ScaleError(f"scheduler {scheduler}: no Dask scheduler answers within "
+                         f"{CONNECT_TIMEOUT_S} s ({exc})") from exc
+
+
+def run_batches(batches: Sequence[Batch], in_root: Path, out_root: Path,
+                backend: str | None = None, scheduler: str | None = None,
+                workers: int | None = None,
+                progress: Callable[[str], None] | None = None) -> None:
+    """Run every batch, serially or on Dask; the first failing batch's error is raised
+    (a ``WorkerFailed`` naming the file) after the others were cancelled."""
+    count = default_workers() if workers is None else workers
+    if count < 1:
+        raise ScaleError(f"workers must be at least 1, not {count}")
+    say = progress or (lambda line: None)
+    if not batches:
+        return
+    if scheduler is None and count == 1:
+        for done, batch in enumerate(batches, 1):
+            _run_batch(batch, str(in_root), str(out_root), backend)
+            say(f"batch {done}/{len(batches)} done ({batch.label})")
+        return
+    from distributed import as_completed
+
+    client = _client(scheduler, count)
+    try:
+        futures = [client.submit(_run_batch, batch, str(in_root), str(out_root), backend,
+                                 key=f"kit-batch-{i}-{batch.label}", pure=False)
+                   for i, batch in enumerate(batches)]
+        labels = {future.key: batch.label for future, batch in zip(futures, batches)}
+        for done, future in enumerate(as_completed(futures), 1):
+            try:
+                future.result()
+            except BaseException:
+                client.cancel(futures)
+                raise
+            say(f"batch {done}/{len(batches)} done ({labels[future.key]})")
+    finally:
+        cluster = client.cluster if scheduler is None else None
+        client.close()
+        if cluster is not None:
+            cluster.close()
