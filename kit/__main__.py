@@ -57,6 +57,7 @@ def _add_drift_commands(add: Add) -> None:
                                 "full sha256 for every file; recorded in fetch.json)")
         stage.add_argument("--backend", choices=["docker", "venv"])
         stage.add_argument("--protocol", type=Path, help="protocol YAML (default: the frozen one)")
+        _add_scale_options(stage)
     sweep = add("sweep", help="the real-drift sweep: every release x level x threads "
                               "(kit/protocols/realdrift.yaml)")
     sweep.add_argument("--run", type=Path, help="run folder (default runs/sweep-digits)")
@@ -70,6 +71,11 @@ def _add_drift_commands(add: Add) -> None:
                        help="drift protocol for fetch and split (default: the frozen one)")
     sweep.add_argument("--backend", choices=["docker", "venv"])
     _add_scale_options(sweep)
+    poly = add("polygraphy", help="Polygraphy's default comparison on a finished drift run's "
+                                  "fault matrix, beside the calibrated detectors")
+    poly.add_argument("--run", type=Path, help="finished drift run (default runs/digits)")
+    poly.add_argument("--out", type=Path,
+                      help="JSON table to write (default runs/polygraphy-<run name>.json)")
     bench = add("bench", help="benchmark infer and the nested bootstrap")
     bench.add_argument("--run", type=Path, help="finished drift run (default runs/digits)")
 
@@ -218,10 +224,14 @@ def _images(args: argparse.Namespace) -> int:
 def _stage(args: argparse.Namespace) -> int:
     from kit.drift.protocol import PROTOCOL
     from kit.drift.stages.pipeline import reproduce, run_stage
+    from kit.runtime.scale import check_options
+
+    check_options(args.scheduler, args.workers)
 
     options = {"substrate": args.substrate, "run_dir": args.run, "assets": args.assets,
                "asset_pins": args.asset_pins, "backend": args.backend,
-               "protocol_file": args.protocol or PROTOCOL}
+               "protocol_file": args.protocol or PROTOCOL, "scheduler": args.scheduler,
+               "workers": args.workers}
     if args.command == "stage":
         run_stage(args.name, **options)
     else:
@@ -261,12 +271,24 @@ def _sweep(args: argparse.Namespace) -> int:
     from kit.drift.protocol import PROTOCOL
     from kit.drift.sweep import run_sweep
     from kit.paths import ROOT
+    from kit.runtime.scale import check_options
+
+    check_options(args.scheduler, args.workers)
 
     folder = args.run or ROOT / "runs" / "sweep-digits"
     run_sweep(folder, drift_protocol=args.protocol or PROTOCOL, releases=args.releases,
               levels=args.levels, threads=args.threads, backend=args.backend,
               scheduler=args.scheduler, workers=args.workers)
     print(folder)
+    return 0
+
+
+def _polygraphy(args: argparse.Namespace) -> int:
+    from kit.drift.polygraphy_check import write_fault_matrix
+    from kit.paths import ROOT
+
+    folder = args.run or ROOT / "runs" / "digits"
+    print(write_fault_matrix(folder, args.out or folder.parent / f"polygraphy-{folder.name}.json"))
     return 0
 
 
@@ -289,7 +311,7 @@ def _ship(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run, "images": _images, "stage": _stage, "reproduce": _stage, "verify": _verify,
-    "sciml": _sciml, "sciml-report": _sciml_report, "sweep": _sweep, "bench": _bench,
+    "sciml": _sciml, "sciml-report": _sciml_report, "sweep": _sweep, "polygraphy": _polygraphy, "bench": _bench,
     "ship": _ship}
 
 

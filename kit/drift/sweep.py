@@ -29,6 +29,7 @@ from kit.drift.drift_measures import (
     Calibration, Logits, alarm_rates, calibrate, drift_measures, scores)
 from kit.drift.export import export_onnx
 from kit.drift.instrument import instrument
+from kit.drift.polygraphy_check import polygraphy_fails, version
 from kit.drift.protocol import PROTOCOL, load_protocol
 from kit.drift.stages.infer import is_done
 from kit.drift.stages.pipeline import run_stage
@@ -188,7 +189,7 @@ def measure(run: Run, protocol: dict[str, Any], drift: dict[str, Any], all_cells
             for cell in all_cells:
                 rows.append(_row(cell, model, export, load(cell, held), ref_held, pair,
                                  conds, drift, boot["interval"]))
-    return {"reference_cell": cell_name(reference), "pair": [cell_name(reference),
+    return {"polygraphy": version(), "reference_cell": cell_name(reference), "pair": [cell_name(reference),
             cell_name(candidate)], "conditions": conds, "heldout_images": len(held),
             "calibration_images": len(cal), "thresholds": thresholds, "rows": rows}
 
@@ -211,9 +212,12 @@ def _row(cell: Cell, model: str, export: str, logits: Logits, reference: Logits,
          ) -> dict[str, Any]:
     source, rotated = conds
     cell_scores = scores(logits, reference, source, rotated, drift["detectors"]["mixed_tolerance"])
+    polygraphy = polygraphy_fails(reference.logits[source], logits.logits[source])
     return {"release": cell[0], "level": cell[1], "threads": cell[2], "model": model,
             "export": export, **drift_measures(logits, reference, source),
-            "alarms": alarm_rates(cell_scores, pair, interval)}
+            "alarms": alarm_rates(cell_scores, pair, interval),
+            "polygraphy": {"alarms": int(polygraphy.sum()), "n": len(polygraphy),
+                           "rate": float(polygraphy.mean())}}
 
 
 def run_sweep(run_dir: Path, *, protocol_file: Path = REALDRIFT,

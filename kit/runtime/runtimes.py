@@ -74,8 +74,9 @@ def load_runtimes(config: Path = CONFIG, root: Path = ROOT) -> dict[str, Runtime
     return runtimes
 
 
-def known_releases(path: Path = RELEASES) -> dict[str, str]:
+def known_releases(path: Path | None = None) -> dict[str, str]:
     """Every release the kit can run, mapped to the numpy its lock pins."""
+    path = path or RELEASES
     try:
         table = tomllib.loads(path.read_text())["numpy"]
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError) as exc:

@@ -51,6 +51,17 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
+def check_options(scheduler: str | None, workers: int | None) -> int:
+    """The worker count to use; a bad count or scheduler address is a ScaleError (the
+    command line asks this before any stage starts)."""
+    count = default_workers() if workers is None else workers
+    if count < 1:
+        raise ScaleError(f"workers must be at least 1, not {count}")
+    if scheduler is not None and not scheduler.startswith(("tcp://", "tls://")):
+        raise ScaleError(f"scheduler {scheduler!r}: give an address as tcp://HOST:PORT")
+    return count
+
+
 def _client(scheduler: str | None, workers: int) -> Any:
     from distributed import Client, LocalCluster
 
@@ -58,8 +69,6 @@ def _client(scheduler: str | None, workers: int) -> Any:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                host="127.0.0.1", dashboard_address=None)
         return Client(cluster)
-    if not scheduler.startswith(("tcp://", "tls://")):
-        raise ScaleError(f"scheduler {scheduler!r}: give an address as tcp://HOST:PORT")
     try:
         return Client(scheduler, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError) as exc:
@@ -73,9 +82,7 @@ def run_batches(batches: Sequence[Batch], in_root: Path, out_root: Path,
                 progress: Callable[[str], None] | None = None) -> None:
     """Run every batch, serially or on Dask; the first failing batch's error is raised
     (a ``WorkerFailed`` naming the file) after the others were cancelled."""
-    count = default_workers() if workers is None else workers
-    if count < 1:
-        raise ScaleError(f"workers must be at least 1, not {count}")
+    count = check_options(scheduler, workers)
     say = progress or (lambda line: None)
     if not batches:
         return

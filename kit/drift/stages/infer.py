@@ -6,7 +6,9 @@ factor isolation. The reference runs the clean model (plain and sketch graphs) o
 condition; the candidate runs the clean and every faulty model (plain and sketch) on
 every condition; all four cells run the clean and every faulty plain graph on ``orig``
 and the primary rotation (the factor analysis over the full fault matrix, beyond the
-paper). One worker process per runtime for the whole stage.
+paper). Jobs go in batches of ``BATCH_JOBS`` to Dask (``kit.runtime.scale``), one worker
+process per batch; each output depends on its job alone, so the bytes are those of a serial
+run.
 
 Resumable: a job is skipped when its output exists, hashes to what its ``.meta.json``
 records, and that record names the current model's and inputs' sha256 (a damaged record
@@ -22,10 +24,11 @@ from typing import Any
 
 from kit.files import sha256
 from kit.runfolder import Run, say
-from kit.runtime.backends import run_jobs
 from kit.runtime.runtimes import Runtime, get_runtime
+from kit.runtime.scale import Batch, run_batches
 from kit.runtime.worker import meta_path
 
+BATCH_JOBS = 48  # jobs per worker process: few process starts, enough batches to share
 CELLS = {"ref": ("reference", "disable_all"), "cand": ("candidate", "enable_all"),
          "ref-on": ("reference", "enable_all"), "cand-off": ("candidate", "disable_all")}
 
@@ -91,21 +94,31 @@ def is_done(run: Run, job: dict[str, Any], hashes: dict[str, str], stage: str = 
                 and options.get("intra_op_threads") == job.get("intra_op_threads", 1))
 
 
-def run_infer(protocol: dict[str, Any], run: Run, backend: str | None = None
-              ) -> dict[str, Any]:
-    """Run every pending job, one worker process per runtime; returns the stage record."""
+def batches(runtime: Runtime, pending: list[dict[str, Any]], size: int = BATCH_JOBS
+            ) -> list[Batch]:
+    """Contiguous runs of at most ``size`` pending jobs (one model's jobs stay together as
+    far as the size allows), one worker process each."""
+    return [Batch(runtime, tuple(pending[i:i + size]), f"{runtime.name} jobs {i + 1}-"
+                  f"{min(i + size, len(pending))}") for i in range(0, len(pending), size)]
+
+
+def run_infer(protocol: dict[str, Any], run: Run, backend: str | None = None,
+              scheduler: str | None = None, workers: int | None = None) -> dict[str, Any]:
+    """Run every pending job in batches on Dask (``kit.runtime.scale``: a LocalCluster of
+    one worker process per core by default, ``workers=1`` serial); returns the stage
+    record, which no choice of scheduler or worker count changes."""
     jobs = plan(protocol, run)
     hashes: dict[str, str] = {}
-    index = []
+    index, pending = [], []
     for role, role_jobs in jobs.items():
         runtime: Runtime = get_runtime(protocol["runtimes"][role])
-        pending = [job for job in role_jobs if not is_done(run, job, hashes)]
-        say(f"infer: {runtime.name}: {len(pending)} of {len(role_jobs)} jobs to run")
-        if pending:
-            run_jobs(runtime, pending, run.root, run.stage("infer"), backend, progress=say)
+        todo = [job for job in role_jobs if not is_done(run, job, hashes)]
+        say(f"infer: {runtime.name}: {len(todo)} of {len(role_jobs)} jobs to run")
+        pending += batches(runtime, todo)
         index += [{"id": job["id"], "runtime": runtime.name, "output": job["output"],
                    "model": job["model"], "inputs": job["inputs"],
                    "graph_optimization": job["graph_optimization"]} for job in role_jobs]
+    run_batches(pending, run.root, run.stage("infer"), backend, scheduler, workers, say)
     record = {"jobs": sorted(index, key=lambda j: j["id"]), "count": len(index)}
     run.write_record("infer", record)
     return record

@@ -25,10 +25,11 @@ STAGES = ("fetch", "split", "fault", "infer", "score", "bootstrap", "sensitivity
 
 def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None = None,
               assets: Path | None = None, backend: str | None = None,
-              protocol_file: Path = PROTOCOL, asset_pins: Path | None = None
-              ) -> dict[str, Any]:
+              protocol_file: Path = PROTOCOL, asset_pins: Path | None = None,
+              scheduler: str | None = None, workers: int | None = None) -> dict[str, Any]:
     """Run one stage holding the run folder (``runlock.hold``) under the protocol it was
-    started with; returns its record (``asset_pins``: fetch's pins file, if any)."""
+    started with; returns its record (``asset_pins``: fetch's pins file, if any;
+    ``scheduler``, ``workers``: where infer's batches run, ``kit.runtime.scale``)."""
     if name not in STAGES:
         raise KitError(f"unknown stage {name!r}; stages: {STAGES}")
     protocol = load_protocol(protocol_file)
@@ -40,7 +41,7 @@ def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None =
             "fetch": lambda: run_fetch(protocol, run, chosen, assets, asset_pins),
             "split": lambda: run_split(protocol, run),
             "fault": lambda: run_fault(protocol, run, backend),
-            "infer": lambda: run_infer(protocol, run, backend),
+            "infer": lambda: run_infer(protocol, run, backend, scheduler, workers),
             "score": lambda: run_score(protocol, run),
             "bootstrap": lambda: run_bootstrap(protocol, run),
             "sensitivity": lambda: run_sensitivity(protocol, run),

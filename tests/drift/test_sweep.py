@@ -1,0 +1,131 @@
+"""The real-drift sweep end to end on two releases, two levels, two thread counts and the
+tiny protocol's one-epoch ResNet-20: serial and on a real Dask LocalCluster (two worker
+processes on loopback) give the same bytes; a rerun runs no job; bad selections are
+refused before any job runs.
+
+Also covers kit/drift/drift_measures.py (the measures, recomputed here from the outputs).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kit.__main__ import main
+from kit.drift.drift_measures import QUANTILES
+from kit.drift.sweep import output_path, run_sweep
+from kit.errors import ConfigError
+from kit.runfolder import hashed_files
+from tests.conftest import tiny_protocol
+
+RELEASES = ["1.20.1", "1.29.0"]
+LEVELS = ["disable_all", "enable_all"]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    tmp = tmp_path_factory.mktemp("sweep")
+    protocol = tiny_protocol(tmp)
+    options = {"drift_protocol": protocol, "releases": RELEASES, "levels": LEVELS,
+               "threads": [1, 2], "backend": "venv"}
+    run_sweep(tmp / "serial", workers=1, **options)
+    run_sweep(tmp / "dask", workers=2, **options)
+    return tmp / "serial", tmp / "dask", protocol
+
+
+def evidence(root: Path) -> dict:
+    return json.loads((root / "sweep" / "cells.json").read_bytes())
+
+
+def test_dask_writes_the_serial_bytes(swept: tuple[Path, Path, Path]) -> None:
+    serial, dask, _ = swept
+    files = [p.relative_to(serial) for p in hashed_files(serial)]
+    assert len([f for f in files if f.suffix == ".npz" and f.parts[0] == "sweep"]) == 64
+    assert files == [p.relative_to(dask) for p in hashed_files(dask)]
+    for name in files:
+        assert (serial / name).read_bytes() == (dask / name).read_bytes(), name
+
+
+def test_every_cell_model_and_export_has_a_row(swept: tuple[Path, Path, Path]) -> None:
+    rows = evidence(swept[0])["rows"]
+    cells = {(r["release"], r["level"], r["threads"], r["export"]) for r in rows}
+    assert len(rows) == len(cells) == 2 * 2 * 2 * 2
+    reference = next(r for r in rows if (r["release"], r["level"], r["threads"]) ==
+                     ("1.20.1", "disable_all", 1) and r["export"] == "folded")
+    assert reference["max_abs_logit"] == 0.0
+    assert reference["first_moving_layer"] is None
+    assert all(a["alarms"] == 0 for a in reference["alarms"].values())
+
+
+def test_measures_match_the_outputs(swept: tuple[Path, Path, Path]) -> None:
+    root = swept[0]
+    data = evidence(root)
+    split = json.loads((root / "split" / "split.json").read_bytes())
+    held = [i for i, row in enumerate(split["rows"]) if row["role"] == "heldout"]
+    conds = data["conditions"]
+
+    def logits(cell: tuple[str, str, int], export: str, cond: str) -> np.ndarray:
+        path = root / "sweep" / output_path(cell, "resnet20", export, "plain", cond)
+        return np.load(path)["logits"][held].astype(np.float64)
+
+    for row in data["rows"]:
+        cell = (row["release"], row["level"], row["threads"])
+        ref = ("1.20.1", "disable_all", 1)
+        diffs = [logits(cell, row["export"], c) - logits(ref, row["export"], c) for c in conds]
+        assert row["max_abs_logit"] == max(float(np.abs(d).max()) for d in diffs)
+        norms = np.linalg.norm(diffs[0], axis=1)
+        assert row["norm_quantiles"] == {str(q): float(np.quantile(norms, q)) for q in QUANTILES}
+        thresholds = data["thresholds"][f"resnet20.{row['export']}"]
+        assert row["alarms"]["direct"]["alarms"] == int((norms > thresholds["direct"]).sum())
+        low, high = row["alarms"]["direct"]["interval"]
+        assert 0.0 <= low <= high <= 1.0
+
+
+def test_a_rerun_runs_no_job_and_keeps_the_bytes(swept: tuple[Path, Path, Path],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    serial, _, protocol = swept
+    before = (serial / "sweep" / "cells.json").read_bytes()
+    run_sweep(serial, drift_protocol=protocol, releases=RELEASES, levels=LEVELS,
+              threads=[1, 2], backend="venv", workers=1)
+    assert "sweep: 0 of 64 jobs to run" in capsys.readouterr().err
+    assert (serial / "sweep" / "cells.json").read_bytes() == before
+
+
+def test_unknown_release_is_refused_before_anything(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sweep", "--run", str(tmp_path / "run"), "--releases", "1.20.1", "1.29.0",
+                 "1.99.0"]) == 2
+    assert "release(s) 1.99.0 not in the sweep's releases" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_pair_releases_are_required(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="needs the reference and pair releases"):
+        run_sweep(tmp_path / "run", releases=["1.20.1"])
+
+
+def test_a_level_a_release_lacks_is_refused_before_any_job(
+        swept: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    levels = json.loads((swept[0] / "sweep" / "levels.json").read_bytes())
+    assert levels["1.29.0"]["levels"][0] == "disable_all"
+    with pytest.raises(ConfigError, match="offers no graph optimisation level enable_turbo"):
+        run_sweep(tmp_path / "run", drift_protocol=swept[2], releases=RELEASES,
+                  levels=["disable_all", "enable_turbo"], backend="venv", workers=1)
+    assert not (tmp_path / "run" / "sweep" / "cells").exists()
+
+
+def test_polygraphy_is_called_on_every_cell(swept: tuple[Path, Path, Path]) -> None:
+    from kit.drift.polygraphy_check import polygraphy_fails
+
+    data = evidence(swept[0])
+    assert data["polygraphy"] == "0.53.6"
+    for row in data["rows"]:
+        assert row["polygraphy"]["n"] == data["heldout_images"]
+        if row["max_abs_logit"] == 0.0:
+            assert row["polygraphy"]["alarms"] == 0
+    reference = np.zeros((3, 4), np.float32)
+    far = reference + np.array([[0], [2e-5], [1e-6]], np.float32)  # 1e-5 + 1e-5 * 0 bound
+    assert polygraphy_fails(reference, far).tolist() == [False, True, False]

@@ -1,0 +1,56 @@
+"""Scale-out on Dask: a failing batch's error comes back from a worker process, an
+unreachable scheduler or a bad address is a clear error before any job, and batches run
+serially with workers=1. (Byte identity of a real LocalCluster against a serial run:
+tests/drift/test_sweep.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kit.__main__ import main
+from kit.errors import WorkerFailed
+from kit.runtime import scale
+from kit.runtime.runtimes import get_runtime
+from kit.runtime.scale import Batch, ScaleError, run_batches
+from tests.conftest import job
+
+
+def _batch(*jobs: dict[str, object]) -> Batch:
+    return Batch(get_runtime("cand"), tuple(jobs), "test")
+
+
+def test_serial_batches_write_their_outputs(workdir: Path) -> None:
+    said: list[str] = []
+    run_batches([_batch(job(output="a.npz")), _batch(job(output="b.npz"))], workdir / "in",
+                workdir / "out", "venv", workers=1, progress=said.append)
+    assert (workdir / "out" / "a.npz").is_file() and (workdir / "out" / "b.npz").is_file()
+    assert said == ["batch 1/2 done (test)", "batch 2/2 done (test)"]
+
+
+def test_a_failing_batch_on_a_local_cluster_names_the_file(workdir: Path) -> None:
+    with pytest.raises(WorkerFailed, match="missing.onnx: model not found"):
+        run_batches([_batch(job(output="a.npz")), _batch(job(model="missing.onnx"))],
+                    workdir / "in", workdir / "out", "venv", workers=2)
+
+
+def test_an_unreachable_scheduler_is_refused(workdir: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scale, "CONNECT_TIMEOUT_S", 2)
+    with pytest.raises(ScaleError, match=r"scheduler tcp://127.0.0.1:9: no Dask scheduler "
+                                         r"answers within 2 s"):
+        run_batches([_batch(job())], workdir / "in", workdir / "out", "venv",
+                    scheduler="tcp://127.0.0.1:9")
+    assert not (workdir / "out").exists()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--scheduler", "localhost:8786"], "give an address as tcp://HOST:PORT"),
+    (["--workers", "0"], "workers must be at least 1, not 0")])
+def test_bad_scale_options_exit_2(options: list[str], message: str, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (["stage", "infer"], ["reproduce"], ["sweep"]):
+        assert main([*command, "--run", str(tmp_path / "run"), *options]) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "run").exists()
