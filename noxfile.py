@@ -85,6 +85,15 @@ def sciml(session: nox.Session) -> None:
 
 
 @nox.session
+def sweep(session: nox.Session) -> None:
+    """Real-drift sweep (python -m kit sweep): three models x two exports x every release of
+    kit/runtime/releases.toml x every level it offers x threads {1, 2}, into
+    runs/sweep-digits; builds each release's environment on demand. Options: -- --releases
+    R ..., --levels L ..., --threads N ..., --workers N, --scheduler tcp://HOST:PORT."""
+    session.run(_python(), "-m", "kit", "sweep", *session.posargs, external=True)
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """Infer wall time over its floor (<= 1.3) and the nested bootstrap (<= 5 s)."""
     session.run(_python(), "-m", "kit", "bench", *session.posargs, external=True)

@@ -311,8 +311,8 @@ def _ship(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run, "images": _images, "stage": _stage, "reproduce": _stage, "verify": _verify,
-    "sciml": _sciml, "sciml-report": _sciml_report, "sweep": _sweep, "polygraphy": _polygraphy, "bench": _bench,
-    "ship": _ship}
+    "sciml": _sciml, "sciml-report": _sciml_report, "sweep": _sweep,
+    "polygraphy": _polygraphy, "bench": _bench, "ship": _ship}
 
 
 def main(argv: list[str] | None = None) -> int:

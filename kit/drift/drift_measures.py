@@ -107,7 +107,7 @@ def alarm_rates(cell_scores: Scores, calibration: Calibration, interval: float
         alarms = values > calibration.thresholds[name]
         replicate = values[None, :] > calibration.replicate_thresholds[name][:, None]
         rates = (calibration.held_counts * replicate).sum(axis=1) / len(values)
-        out[name] = {"alarms": int(alarms.sum()), "n": int(len(values)),
+        out[name] = {"alarms": int(alarms.sum()), "n": len(values),
                      "rate": float(alarms.mean()),
                      "interval": [float(np.quantile(rates, tail)),
                                   float(np.quantile(rates, 1 - tail))]}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kit.errors import KitError
 
@@ -34,7 +34,8 @@ def export_onnx(model: torch.nn.Module, path: Path, input_shape: tuple[int, ...]
 
     model = model.eval()
     # folded: the exporter's default (eval) mode, passed as before so the bytes stay put
-    mode = {"training": torch.onnx.TrainingMode.PRESERVE} if batchnorm == "kept" else {}
+    mode: dict[str, Any] = (
+        {"training": torch.onnx.TrainingMode.PRESERVE} if batchnorm == "kept" else {})
     expected = 0 if batchnorm == "folded" else sum(
         isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
     example = torch.zeros((1, *input_shape[1:]), dtype=torch.float32)

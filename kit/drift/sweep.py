@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from kit.drift.drift_measures import (
-    Calibration, Logits, alarm_rates, calibrate, drift_measures, scores)
+    Calibration,
+    Logits,
+    alarm_rates,
+    calibrate,
+    drift_measures,
+    scores,
+)
 from kit.drift.export import export_onnx
 from kit.drift.instrument import instrument
 from kit.drift.polygraphy_check import polygraphy_fails, version
@@ -112,7 +118,7 @@ def cells(protocol: dict[str, Any], levels: dict[str, dict[str, Any]],
     return found
 
 
-def export_unfolded(drift: dict[str, Any], run: Run) -> dict[str, dict[str, str]]:
+def export_unfolded(drift: dict[str, Any], run: Run) -> dict[str, dict[str, dict[str, str]]]:
     """Each model's graphs per export: folded (fetch's) and BN kept (exported here from
     the same weights, checked against fetch's record)."""
     from kit.drift.models import load_checkpoint
@@ -173,12 +179,14 @@ def measure(run: Run, protocol: dict[str, Any], drift: dict[str, Any], all_cells
     held = [i for i, role in enumerate(roles) if role == "heldout"]
     cal = [i for i, role in enumerate(roles) if role == "calibration"]
     source, rotated = conds
-    reference, candidate = cell_of(protocol["reference_cell"]), cell_of(protocol["pair"]["candidate"])
+    reference = cell_of(protocol["reference_cell"])
+    candidate = cell_of(protocol["pair"]["candidate"])
     boot = drift["bootstrap"]
     rows, thresholds = [], {}
     for model, exports in graphs.items():
         for export in exports:
-            def load(cell: Cell, rows_of: list[int]) -> Logits:
+            def load(cell: Cell, rows_of: list[int], model: str = model,
+                     export: str = export) -> Logits:
                 return _logits(run, cell, model, export, conds, rows_of)
             pair = calibrate(scores(load(candidate, cal), load(reference, cal), source, rotated,
                                     drift["detectors"]["mixed_tolerance"]),
@@ -189,8 +197,9 @@ def measure(run: Run, protocol: dict[str, Any], drift: dict[str, Any], all_cells
             for cell in all_cells:
                 rows.append(_row(cell, model, export, load(cell, held), ref_held, pair,
                                  conds, drift, boot["interval"]))
-    return {"polygraphy": version(), "reference_cell": cell_name(reference), "pair": [cell_name(reference),
-            cell_name(candidate)], "conditions": conds, "heldout_images": len(held),
+    return {"polygraphy": version(), "reference_cell": cell_name(reference),
+            "pair": [cell_name(reference), cell_name(candidate)], "conditions": conds,
+            "heldout_images": len(held),
             "calibration_images": len(cal), "thresholds": thresholds, "rows": rows}
 
 
@@ -211,7 +220,8 @@ def _row(cell: Cell, model: str, export: str, logits: Logits, reference: Logits,
          pair: Calibration, conds: list[str], drift: dict[str, Any], interval: float
          ) -> dict[str, Any]:
     source, rotated = conds
-    cell_scores = scores(logits, reference, source, rotated, drift["detectors"]["mixed_tolerance"])
+    cell_scores = scores(logits, reference, source, rotated,
+                         drift["detectors"]["mixed_tolerance"])
     polygraphy = polygraphy_fails(reference.logits[source], logits.logits[source])
     return {"release": cell[0], "level": cell[1], "threads": cell[2], "model": model,
             "export": export, **drift_measures(logits, reference, source),

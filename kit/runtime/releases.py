@@ -21,7 +21,13 @@ from pathlib import Path
 from kit.errors import ConfigError, EnvironmentFailed, KitError
 from kit.paths import ROOT
 from kit.runtime.runtimes import (
-    RELEASES, get_runtime, known_releases, load_runtimes, release_lock, release_runtime)
+    RELEASES,
+    get_runtime,
+    known_releases,
+    load_runtimes,
+    release_lock,
+    release_runtime,
+)
 from kit.runtime.venvs import failure_tail
 
 COMPILE = ["-m", "piptools", "compile", "--quiet", "--generate-hashes", "--allow-unsafe",

@@ -66,11 +66,12 @@ def _client(scheduler: str | None, workers: int) -> Any:
     from distributed import Client, LocalCluster
 
     if scheduler is None:
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               host="127.0.0.1", dashboard_address=None)
-        return Client(cluster)
+        cluster = LocalCluster(  # type: ignore[no-untyped-call]
+            n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address=None)
+        return Client(cluster)  # type: ignore[no-untyped-call]
     try:
-        return Client(scheduler, timeout=CONNECT_TIMEOUT_S)
+        return Client(scheduler, timeout=CONNECT_TIMEOUT_S)  # type: ignore[no-untyped-call]
     except (OSError, TimeoutError) as exc:
         raise ScaleError(f"scheduler {scheduler}: no Dask scheduler answers within "
                          f"{CONNECT_TIMEOUT_S} s ({exc})") from exc
@@ -98,8 +99,8 @@ def run_batches(batches: Sequence[Batch], in_root: Path, out_root: Path,
         futures = [client.submit(_run_batch, batch, str(in_root), str(out_root), backend,
                                  key=f"kit-batch-{i}-{batch.label}", pure=False)
                    for i, batch in enumerate(batches)]
-        labels = {future.key: batch.label for future, batch in zip(futures, batches)}
-        for done, future in enumerate(as_completed(futures), 1):
+        labels = {future.key: batch.label for future, batch in zip(futures, batches, strict=True)}
+        for done, future in enumerate(as_completed(futures), 1):  # type: ignore[no-untyped-call]
             try:
                 future.result()
             except BaseException:

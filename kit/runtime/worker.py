@@ -553,14 +553,19 @@ def describe() -> dict[str, Any]:
             "numpy": np.__version__}
 
 
-def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
-    """Validate every job, then run them all in this process; returns output paths."""
-    jobs, outputs = _job_list(jobs_file, out_root)
+def _check_levels(jobs: list[dict[str, Any]], jobs_file: Path) -> None:
+    """Refuse, before any job, a level this release does not offer."""
     lacking = sorted({job["graph_optimization"] for job in jobs} - set(offered_levels()))
     if lacking:
         raise JobError(str(jobs_file), f"onnxruntime {describe()['onnxruntime']} offers no "
                                        f"graph optimisation level {', '.join(lacking)} "
                                        f"(it offers {', '.join(offered_levels())})")
+
+
+def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
+    """Validate every job, then run them all in this process; returns output paths."""
+    jobs, outputs = _job_list(jobs_file, out_root)
+    _check_levels(jobs, jobs_file)
 
     # One session is kept at a time (a stage has hundreds of models; jobs come grouped by
     # model), and each distinct input file is read once.

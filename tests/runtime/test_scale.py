@@ -25,12 +25,13 @@ def test_serial_batches_write_their_outputs(workdir: Path) -> None:
     said: list[str] = []
     run_batches([_batch(job(output="a.npz")), _batch(job(output="b.npz"))], workdir / "in",
                 workdir / "out", "venv", workers=1, progress=said.append)
-    assert (workdir / "out" / "a.npz").is_file() and (workdir / "out" / "b.npz").is_file()
+    assert (workdir / "out" / "a.npz").is_file()
+    assert (workdir / "out" / "b.npz").is_file()
     assert said == ["batch 1/2 done (test)", "batch 2/2 done (test)"]
 
 
 def test_a_failing_batch_on_a_local_cluster_names_the_file(workdir: Path) -> None:
-    with pytest.raises(WorkerFailed, match="missing.onnx: model not found"):
+    with pytest.raises(WorkerFailed, match=r"missing\.onnx: model not found"):
         run_batches([_batch(job(output="a.npz")), _batch(job(model="missing.onnx"))],
                     workdir / "in", workdir / "out", "venv", workers=2)
 
@@ -45,7 +46,7 @@ def test_an_unreachable_scheduler_is_refused(workdir: Path,
     assert not (workdir / "out").exists()
 
 
-@pytest.mark.parametrize("options, message", [
+@pytest.mark.parametrize(("options", "message"), [
     (["--scheduler", "localhost:8786"], "give an address as tcp://HOST:PORT"),
     (["--workers", "0"], "workers must be at least 1, not 0")])
 def test_bad_scale_options_exit_2(options: list[str], message: str, tmp_path: Path,

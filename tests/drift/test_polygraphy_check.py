@@ -20,7 +20,8 @@ def test_fault_matrix_counts_polygraphy_verdicts(tiny_run: tuple[Run, Path]) -> 
     run, _ = tiny_run
     table = fault_matrix(run)
     faults = run.record("fault")["faults"]
-    assert table["faults"] == len(faults) and table["tpr"]["n"] == len(faults) * 10
+    assert table["faults"] == len(faults)
+    assert table["tpr"]["n"] == len(faults) * 10
     split = run.record("split")
     held = [i for i, row in enumerate(split["rows"]) if row["role"] == "heldout"]
     first = faults[0]
