@@ -39,10 +39,12 @@ class Batch:
     runtime: Runtime
     jobs: tuple[dict[str, Any], ...]
     label: str
+    folder: str = ""  # the jobs' outputs are relative to this folder of out_root
 
 
 def _run_batch(batch: Batch, in_root: str, out_root: str, backend: str | None) -> int:
-    run_jobs(batch.runtime, list(batch.jobs), Path(in_root), Path(out_root), backend)
+    run_jobs(batch.runtime, list(batch.jobs), Path(in_root), Path(out_root) / batch.folder,
+             backend)
     return len(batch.jobs)
 
 

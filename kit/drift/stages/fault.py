@@ -25,11 +25,13 @@ from kit.drift.detectors import direct_l2
 from kit.drift.evidence import POSITIONS
 from kit.drift.faults import FaultRecord, conv_layers, inject
 from kit.drift.instrument import instrument
+from kit.drift.stages.infer import batches
 from kit.files import canonical_json, load_npz, write_atomic, write_npz
 from kit.runfolder import Progress, Run, say
-from kit.runtime.backends import run_jobs
 from kit.runtime.runtimes import get_runtime
+from kit.runtime.scale import run_batches
 
+PROBE_BATCH = 30  # probe jobs per worker process: 117 per model make four batches
 # One probe model: (position, family, grid index, seed, injection record).
 Probe = tuple[str, str, int, int, FaultRecord]
 
@@ -109,9 +111,10 @@ def _chosen_faults(protocol: dict[str, Any], run: Run, name: str, plain: Path, l
     return found
 
 
-def run_fault(protocol: dict[str, Any], run: Run, backend: str | None = None
-              ) -> dict[str, Any]:
-    """Probe severities, write the chosen faulty models and the fault manifest."""
+def run_fault(protocol: dict[str, Any], run: Run, backend: str | None = None,
+              scheduler: str | None = None, workers: int | None = None) -> dict[str, Any]:
+    """Probe severities, write the chosen faulty models and the fault manifest. The clean
+    and probe jobs go in batches to ``kit.runtime.scale`` (Dask by default)."""
     fetched = run.record("fetch")
     out = run.stage("fault")
     probe = out / "probe"
@@ -121,8 +124,8 @@ def run_fault(protocol: dict[str, Any], run: Run, backend: str | None = None
     clean_jobs = [{"id": name, "model": fetched["models"][name]["onnx"], "inputs": inputs,
                    "output": f"{name}/clean.npz"} for name in protocol["models"]]
     say("fault: clean calibration logits under both runtimes")
-    run_jobs(ref, clean_jobs, run.root, probe / "ref", backend)
-    run_jobs(cand, clean_jobs, run.root, probe / "cand", backend)
+    run_batches(batches(ref, clean_jobs, folder="ref") + batches(cand, clean_jobs, folder="cand"),
+                run.root, probe, backend, scheduler, workers)
 
     families, grids = protocol["faults"]["families"], protocol["faults"]["severity_grids"]
     step = protocol["faults"]["severity_rule"]["high_step"]
@@ -137,7 +140,8 @@ def run_fault(protocol: dict[str, Any], run: Run, backend: str | None = None
         layers = conv_layers(onnx.load(str(plain)))
         where = layer_indices(len(layers))
         probes, jobs = _probe_jobs(protocol, run, mi, name, plain, where, inputs)
-        run_jobs(cand, jobs, run.root, probe / "cand", backend)
+        run_batches(batches(cand, jobs, size=PROBE_BATCH, folder="cand"), run.root, probe,
+                    backend, scheduler, workers)
         for position in POSITIONS:
             for family in families:
                 rows = [p for p in probes if p[0] == position and p[1] == family]

@@ -94,12 +94,13 @@ def is_done(run: Run, job: dict[str, Any], hashes: dict[str, str], stage: str = 
                 and options.get("intra_op_threads") == job.get("intra_op_threads", 1))
 
 
-def batches(runtime: Runtime, pending: list[dict[str, Any]], size: int = BATCH_JOBS
-            ) -> list[Batch]:
+def batches(runtime: Runtime, pending: list[dict[str, Any]], size: int = BATCH_JOBS,
+            folder: str = "") -> list[Batch]:
     """Contiguous runs of at most ``size`` pending jobs (one model's jobs stay together as
-    far as the size allows), one worker process each."""
+    far as the size allows), one worker process each, writing under ``folder``."""
     return [Batch(runtime, tuple(pending[i:i + size]), f"{runtime.name} jobs {i + 1}-"
-                  f"{min(i + size, len(pending))}") for i in range(0, len(pending), size)]
+                  f"{min(i + size, len(pending))}", folder)
+            for i in range(0, len(pending), size)]
 
 
 def run_infer(protocol: dict[str, Any], run: Run, backend: str | None = None,

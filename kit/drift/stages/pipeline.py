@@ -40,7 +40,7 @@ def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None =
         steps: dict[str, Callable[[], dict[str, Any]]] = {
             "fetch": lambda: run_fetch(protocol, run, chosen, assets, asset_pins),
             "split": lambda: run_split(protocol, run),
-            "fault": lambda: run_fault(protocol, run, backend),
+            "fault": lambda: run_fault(protocol, run, backend, scheduler, workers),
             "infer": lambda: run_infer(protocol, run, backend, scheduler, workers),
             "score": lambda: run_score(protocol, run),
             "bootstrap": lambda: run_bootstrap(protocol, run),
