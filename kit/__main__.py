@@ -70,6 +70,8 @@ def _add_drift_commands(add: Add) -> None:
     sweep.add_argument("--protocol", type=Path,
                        help="drift protocol for fetch and split (default: the frozen one)")
     sweep.add_argument("--backend", choices=["docker", "venv"])
+    sweep.add_argument("--drift-run", type=Path, metavar="RUN",
+                       help="a finished drift run: also put Polygraphy to its fault matrix")
     _add_scale_options(sweep)
     poly = add("polygraphy", help="Polygraphy's default comparison on a finished drift run's "
                                   "fault matrix, beside the calibrated detectors")
@@ -278,7 +280,7 @@ def _sweep(args: argparse.Namespace) -> int:
     folder = args.run or ROOT / "runs" / "sweep-digits"
     run_sweep(folder, drift_protocol=args.protocol or PROTOCOL, releases=args.releases,
               levels=args.levels, threads=args.threads, backend=args.backend,
-              scheduler=args.scheduler, workers=args.workers)
+              scheduler=args.scheduler, workers=args.workers, drift_run=args.drift_run)
     print(folder)
     return 0
 

@@ -26,6 +26,8 @@ starts, so it marks a stage that finished: a killed stage leaves none.
 
 from __future__ import annotations
 
+import os
+import resource
 import sys
 import time
 from dataclasses import dataclass
@@ -45,7 +47,8 @@ RUN_STATE = "run.json"
 TRAINING_CACHE = "training-cache.json"  # the digits models' cache keys (code hashes)
 TEMPORARY = ".tmp"  # the suffix of every temporary name a writer renames into place
 # Run metadata beside the results, never inside the run manifest.
-UNHASHED = (MANIFEST, TIMINGS, MACHINE, REPLAY, LOCK, RUN_STATE, TRAINING_CACHE)
+CPU_TIMES = "cpu.json"  # per stage: wall and CPU seconds, cores, utilisation (nox -s bench)
+UNHASHED = (MANIFEST, TIMINGS, MACHINE, REPLAY, LOCK, RUN_STATE, TRAINING_CACHE, CPU_TIMES)
 STEPS_DIR = "steps"  # the SciML pipeline's per-step state (kit/sciml/pipeline.py)
 UNHASHED_DIRS = ("report", STEPS_DIR)
 
@@ -102,12 +105,29 @@ def hashed_files(root: Path) -> list[Path]:
             and path.relative_to(root).parts[0] not in UNHASHED_DIRS]
 
 
-def record_timing(run: Run, stage: str, seconds: float) -> None:
-    """Add one stage's wall time to the (unhashed) timings file, and write the machine
-    fingerprint beside it (byte identity holds per machine, so a run says which one)."""
+def cpu_seconds() -> float:
+    """CPU time of this process and of every child it has reaped (worker processes,
+    training processes, the Dask cluster's workers once closed)."""
+    own, children = (resource.getrusage(who) for who in
+                     (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def record_timing(run: Run, stage: str, seconds: float, cpu: float | None = None) -> None:
+    """Add one stage's wall time to the (unhashed) timings file, and ``cpu`` (its CPU
+    seconds) with the utilisation of the machine's cores to ``cpu.json``; write the
+    machine fingerprint beside them (byte identity holds per machine)."""
     from kit.runtime.machine import fingerprint
 
     write_atomic(run.root / MACHINE, canonical_json(fingerprint()))
+    if cpu is not None:
+        cores = os.cpu_count() or 1
+        path = run.root / CPU_TIMES
+        found = read_json(path, f"delete {path} (run metadata)") if path.is_file() else {}
+        found = found if isinstance(found, dict) else {}
+        found[stage] = {"wall_s": round(seconds, 1), "cpu_s": round(cpu, 1), "cores": cores,
+                        "utilisation": round(cpu / (seconds * cores), 3) if seconds > 0 else 0.0}
+        write_atomic(path, canonical_json(found))
     path = run.root / TIMINGS
     timings = read_json(path, f"delete {path} (wall times only)") if path.is_file() else {}
     timings = timings if isinstance(timings, dict) else {}

@@ -22,6 +22,8 @@ with ``grade``), and the status of a claim on a substrate says which kind it is:
     described             the number describes the stand-in; shown beside the paper's
     consistent            internal consistency only (recomputed equals recorded, a point
                           inside its own interval); never counted as a reproduction
+    hypothesis holds      a hypothesis the kit froze before its study ran (no paper value:
+    hypothesis fails      the real-drift sweep) holds, or fails, by its decision rule
     differs               a rule failed on the paper's substrate, a value or consistency
                           rule failed anywhere (both numbers shown)
     not run here          the evidence is absent, or no substrate can hold it (with why)
@@ -43,22 +45,24 @@ from typing import Any
 from kit import schema
 from kit.claims.values import Value
 from kit.drift.recompute import RECOMPUTE
+from kit.drift.recompute_realdrift import RECOMPUTE_REALDRIFT, SweepEvidence
 from kit.drift.shipped import Evidence
 from kit.errors import KitError
 from kit.files import read_yaml
 from kit.sciml.recompute import RECOMPUTE_SCIML, SciEvidence
 
-FUNCTIONS = {**RECOMPUTE, **RECOMPUTE_SCIML}
+FUNCTIONS = {**RECOMPUTE, **RECOMPUTE_SCIML, **RECOMPUTE_REALDRIFT}
 # Per study: how its evidence folder is read, and the file whose presence means "run here".
-STUDIES: dict[str, tuple[type[Evidence] | type[SciEvidence], str]] = {
-    "drift": (Evidence, "score/score.json"), "sciml": (SciEvidence, "ledger.json")}
+STUDIES: dict[str, tuple[type[Evidence] | type[SciEvidence] | type[SweepEvidence], str]] = {
+    "drift": (Evidence, "score/score.json"), "sciml": (SciEvidence, "ledger.json"),
+    "realdrift": (SweepEvidence, "sweep/cells.json")}
 
 SCHEMA = schema.SCHEMAS / "claim_ledger.schema.json"
 OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
        "eq": operator.eq}
 WORDS = {"lt": "below", "le": "at most", "gt": "above", "ge": "at least", "eq": "equal to"}
 STATUSES = ("reproduced", "direction reproduced", "direction reversed", "described",
-            "consistent", "differs", "not run here")
+            "consistent", "hypothesis holds", "hypothesis fails", "differs", "not run here")
 CONSTANTS = {"drift.constant", "sciml.constant_value"}
 # The statuses that claim agreement with the paper: each such rule must be able to fail.
 AGREEMENT = ("reproduced", "direction reproduced")
@@ -188,6 +192,8 @@ def status(rule_grade: str, passed: bool, paper: bool) -> str:
     """The status of one decided rule: what kind of agreement (or disagreement) it is."""
     if rule_grade == "description":
         return "described"
+    if rule_grade == "hypothesis":
+        return "hypothesis holds" if passed else "hypothesis fails"
     if passed:
         return {"value": "reproduced", "direction": "direction reproduced",
                 "consistency": "consistent"}[rule_grade]

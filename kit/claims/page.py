@@ -34,6 +34,12 @@ STATUSES: dict[str, tuple[str, str, str]] = {
                   "the number describes the stand-in and has no paper-comparable meaning."),
     "consistent": ("#6f8796", "#ffffff",
                    "internal consistency only, never counted as a reproduction."),
+    "hypothesis holds": ("#3b6fb6", "#ffffff",
+                         "a hypothesis frozen before its study ran holds by its decision "
+                         "rule (no paper value: the real-drift sweep)."),
+    "hypothesis fails": ("#7a4fa3", "#ffffff",
+                         "a hypothesis frozen before its study ran fails by its decision "
+                         "rule: a finding, not an error."),
     "differs": ("#c62828", "#ffffff", "a rule failed where agreement was required."),
     "not run here": ("#e4e4e4", "#333333", "the evidence is absent; the row says why."),
 }

@@ -135,6 +135,11 @@ def _used_trajectories(record: Path, index_path: Path, index: dict[str, Any]) ->
     return problems
 
 
+# The sweep's per-case evidence: one row per cell, model and export, with what each release
+# offered; its raw outputs stay in the run folder, listed by the shipped run manifest.
+REALDRIFT_SHIPPED = ("sweep/sweep.json", "sweep/cells.json", "sweep/levels.json",
+                     "fetch/fetch.json", "split/split.json")
+REALDRIFT_OPTIONAL = ("sweep/polygraphy/fault-matrix.json",)
 SCIML_SHIPPED = ("ledger.json", "operator_floor.json", "fv_balance.json", "fno.json", "mgn.json",
                  "mgn_faults.json", "second_task.json", "unified.json",
                  "pinn.json")
@@ -142,11 +147,17 @@ SCIML_SHIPPED = ("ledger.json", "operator_floor.json", "fv_balance.json", "fno.j
 
 def ship(run: Path, study: str = "drift", root: Path = ROOT) -> Path:
     """Copy a finished run's evidence into ``claims/<study>/evidence/<substrate>``
-    (a SciML run folder, recognised by its ``ledger.json``, goes to ``claims/sciml``)."""
+    (a SciML run folder, recognised by its ``ledger.json``, goes to ``claims/sciml``; a
+    sweep folder, by its ``sweep/sweep.json``, to ``claims/realdrift``)."""
     if (run / "ledger.json").is_file() and not (run / "fetch").is_dir():
         return _ship_files(run, root / "claims" / "sciml" / "evidence" / "kit",
                            list(SCIML_SHIPPED), root)
     substrate = str(read_json(run / "fetch" / "fetch.json")["substrate"])
+    if (run / "sweep" / "sweep.json").is_file():
+        names = [*REALDRIFT_SHIPPED, *(name for name in REALDRIFT_OPTIONAL
+                                       if (run / name).is_file())]
+        return _ship_files(run, root / "claims" / "realdrift" / "evidence" / substrate,
+                           names, root)
     target = root / "claims" / study / "evidence" / substrate
     record = read_json(run / "score" / "score.json")
     names = list(SHIPPED) + [d["path"] for d in record["tables"].values()]

@@ -7,6 +7,7 @@ clean held-out images (``_o`` source, ``_t`` rotated):
     norm quantiles      quantiles of ||c_o - r_o|| over images
     flips               images whose argmax differs from the reference's, per condition
     first_moving_layer  the first convolution (graph order) whose sketch differs in any bit
+    vs_one_thread       max |c - c'| against the same release and level at one thread
     alarms              per detector of the drift study, the share of source images whose
                         score exceeds the threshold calibrated on the paper's pair, with a
                         nested bootstrap over source images: each replicate recalibrates
@@ -49,6 +50,12 @@ def first_moving_layer(cell: Logits, reference: Logits) -> int | None:
             if not np.array_equal(cell.sketches[cond][name], sketches[name]):
                 return int(name.rsplit("/", 1)[1])
     return None
+
+
+def max_abs_difference(a: dict[str, Array], b: dict[str, Array]) -> float:
+    """max |a - b| over every condition, image and class (float64)."""
+    return float(max(np.abs(a[c].astype(np.float64) - b[c].astype(np.float64)).max()
+                     for c in b))
 
 
 def drift_measures(cell: Logits, reference: Logits, source: str) -> dict[str, Any]:

@@ -21,7 +21,10 @@ per release, model and export) go to ``kit.runtime.scale`` (Dask, or serial).
 from __future__ import annotations
 
 import itertools
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +34,19 @@ from kit.drift.drift_measures import (
     alarm_rates,
     calibrate,
     drift_measures,
+    max_abs_difference,
     scores,
 )
 from kit.drift.export import export_onnx
 from kit.drift.instrument import instrument
-from kit.drift.polygraphy_check import polygraphy_fails, version
+from kit.drift.polygraphy_check import fault_matrix, polygraphy_fails, version
 from kit.drift.protocol import PROTOCOL, load_protocol
 from kit.drift.stages.infer import is_done
 from kit.drift.stages.pipeline import run_stage
 from kit.errors import ConfigError, KitError
 from kit.files import canonical_json, load_npz, read_json, read_yaml, sha256, write_atomic
 from kit.paths import ROOT, cache_dir
-from kit.runfolder import TRAINING_CACHE, Run, say
+from kit.runfolder import TRAINING_CACHE, Run, cpu_seconds, record_timing, say
 from kit.runlock import hold
 from kit.runtime.backends import describe_runtime
 from kit.runtime.runtimes import Runtime, release_runtime
@@ -108,7 +112,7 @@ def release_levels(runtimes: dict[str, Runtime], asked: list[str] | None,
 def cells(protocol: dict[str, Any], levels: dict[str, dict[str, Any]],
           threads: list[int] | None) -> list[Cell]:
     """Every cell of the sweep, the reference and the pair's candidate included."""
-    counts = threads or [int(t) for t in protocol["threads"]]
+    counts = sorted({int(t) for t in (threads or protocol["threads"])})
     found = [(release, level, n) for release, info in levels.items()
              for level in info["swept"] for n in counts]
     for entry in (protocol["reference_cell"], protocol["pair"]["candidate"]):
@@ -173,34 +177,58 @@ def plan(all_cells: list[Cell], graphs: dict[str, dict[str, dict[str, str]]],
 
 def measure(run: Run, protocol: dict[str, Any], drift: dict[str, Any], all_cells: list[Cell],
             graphs: dict[str, Any], conds: list[str]) -> dict[str, Any]:
-    """The per-case evidence: every cell's measures against the reference cell."""
+    """The per-case evidence: every cell's measures against the reference cell, one
+    process per model and export (up to one per core); rows in model, export, cell order."""
     split = run.record("split")
     roles = [row["role"] for row in split["rows"]]
     held = [i for i, role in enumerate(roles) if role == "heldout"]
     cal = [i for i, role in enumerate(roles) if role == "calibration"]
+    blocks = [(model, export) for model, exports in graphs.items() for export in exports]
+    args = (run, protocol, drift, all_cells, conds, held, cal)
+    workers = min(len(blocks), os.cpu_count() or 1)
+    if workers == 1:
+        found = [_measure_block(*args, model, export) for model, export in blocks]
+    else:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            found = list(pool.map(_measure_block, *zip(*[(*args, m, e) for m, e in blocks],
+                                                          strict=True)))
+    reference = cell_of(protocol["reference_cell"])
+    candidate = cell_of(protocol["pair"]["candidate"])
+    return {"polygraphy": version(), "reference_cell": cell_name(reference),
+            "pair": [cell_name(reference), cell_name(candidate)], "conditions": conds,
+            "heldout_images": len(held), "calibration_images": len(cal),
+            "thresholds": {f"{m}.{e}": thresholds for (m, e), (_, thresholds)
+                           in zip(blocks, found, strict=True)},
+            "rows": [row for rows, _ in found for row in rows]}
+
+
+def _measure_block(run: Run, protocol: dict[str, Any], drift: dict[str, Any],
+                   all_cells: list[Cell], conds: list[str], held: list[int], cal: list[int],
+                   model: str, export: str) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """One model and export: the pair's thresholds, then every cell's row."""
     source, rotated = conds
     reference = cell_of(protocol["reference_cell"])
     candidate = cell_of(protocol["pair"]["candidate"])
     boot = drift["bootstrap"]
-    rows, thresholds = [], {}
-    for model, exports in graphs.items():
-        for export in exports:
-            def load(cell: Cell, rows_of: list[int], model: str = model,
-                     export: str = export) -> Logits:
-                return _logits(run, cell, model, export, conds, rows_of)
-            pair = calibrate(scores(load(candidate, cal), load(reference, cal), source, rotated,
-                                    drift["detectors"]["mixed_tolerance"]),
-                             drift["calibration"]["quantile"], boot["nested_replicates"],
-                             protocol["seeds"]["alarm_bootstrap"], len(held))
-            thresholds[f"{model}.{export}"] = pair.thresholds
-            ref_held = load(reference, held)
-            for cell in all_cells:
-                rows.append(_row(cell, model, export, load(cell, held), ref_held, pair,
-                                 conds, drift, boot["interval"]))
-    return {"polygraphy": version(), "reference_cell": cell_name(reference),
-            "pair": [cell_name(reference), cell_name(candidate)], "conditions": conds,
-            "heldout_images": len(held),
-            "calibration_images": len(cal), "thresholds": thresholds, "rows": rows}
+
+    def load(cell: Cell, rows_of: list[int]) -> Logits:
+        return _logits(run, cell, model, export, conds, rows_of)
+
+    pair = calibrate(scores(load(candidate, cal), load(reference, cal), source, rotated,
+                            drift["detectors"]["mixed_tolerance"]),
+                     drift["calibration"]["quantile"], boot["nested_replicates"],
+                     protocol["seeds"]["alarm_bootstrap"], len(held))
+    ref_held = load(reference, held)
+    plain: dict[Cell, dict[str, Any]] = {}
+    rows = []
+    for cell in all_cells:
+        found = load(cell, held)
+        plain[cell] = found.logits
+        row = _row(cell, model, export, found, ref_held, pair, conds, drift, boot["interval"])
+        one = plain.get((cell[0], cell[1], 1))  # cells list 1 thread first
+        row["vs_one_thread"] = None if one is None else max_abs_difference(found.logits, one)
+        rows.append(row)
+    return rows, pair.thresholds
 
 
 def _logits(run: Run, cell: Cell, model: str, export: str, conds: list[str],
@@ -234,13 +262,16 @@ def run_sweep(run_dir: Path, *, protocol_file: Path = REALDRIFT,
               drift_protocol: Path = PROTOCOL, releases: list[str] | None = None,
               levels: list[str] | None = None, threads: list[int] | None = None,
               backend: str | None = None, scheduler: str | None = None,
-              workers: int | None = None) -> dict[str, Any]:
-    """Run (or resume) the sweep in ``run_dir``; returns its record."""
+              workers: int | None = None, drift_run: Path | None = None) -> dict[str, Any]:
+    """Run (or resume) the sweep in ``run_dir``; returns its record. ``drift_run``: a
+    finished drift run whose fault matrix Polygraphy is also put to
+    (``sweep/polygraphy/fault-matrix.json``)."""
     protocol = load_sweep_protocol(protocol_file)
     drift = load_protocol(drift_protocol)
     chosen = choose_releases(protocol, releases)
     runtimes = {release: release_runtime(release) for release in chosen}
     with hold(run_dir) as root:
+        started, cpu = time.monotonic(), cpu_seconds()  # environments built on demand too
         run = Run(root)
         for stage in ("fetch", "split"):
             if not run.record_path(stage).is_file():
@@ -253,14 +284,18 @@ def run_sweep(run_dir: Path, *, protocol_file: Path = REALDRIFT,
         conds = ["orig", next(n for n, c in split["conditions"].items() if c.get("primary"))]
         run.forget("sweep")
         write_atomic(run.stage("sweep") / "levels.json", canonical_json(described))
-        started = time.monotonic()
         _execute(run, runtimes, plan(all_cells, graphs, conds), backend, scheduler, workers)
         evidence = measure(run, protocol, drift, all_cells, graphs, conds)
         write_atomic(run.stage("sweep") / "cells.json", canonical_json(evidence))
+        if drift_run is not None:
+            write_atomic(run.stage("sweep") / "polygraphy" / "fault-matrix.json",
+                         canonical_json(fault_matrix(Run(drift_run))))
         record = {"protocol_sha256": sha256(protocol_file), "releases": chosen,
                   "cells": [cell_name(c) for c in all_cells], "models": list(graphs),
-                  "exports": sorted(next(iter(graphs.values()))), "rows": len(evidence["rows"])}
+                  "exports": sorted(next(iter(graphs.values()))), "rows": len(evidence["rows"]),
+                  "drift_run": None if drift_run is None else drift_run.name}
         run.write_record("sweep", record)
+        record_timing(run, "sweep", time.monotonic() - started, cpu_seconds() - cpu)
         say(f"sweep: {len(all_cells)} cells x {len(graphs)} model(s) x 2 exports measured in "
             f"{time.monotonic() - started:.1f} s ({root})")
         return record

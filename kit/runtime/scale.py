@@ -70,7 +70,10 @@ def _client(scheduler: str | None, workers: int) -> Any:
     if scheduler is None:
         cluster = LocalCluster(  # type: ignore[no-untyped-call]
             n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address=None)
+            dashboard_address=None,
+            # no dashboard; the scheduler's health endpoints on a free loopback port, never
+            # the fixed 8787 that a second cluster on the machine would collide with
+            scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
         return Client(cluster)  # type: ignore[no-untyped-call]
     try:
         return Client(scheduler, timeout=CONNECT_TIMEOUT_S)  # type: ignore[no-untyped-call]

@@ -17,7 +17,7 @@ from kit.drift.stages.score import run_score
 from kit.drift.stages.sensitivity import run_sensitivity
 from kit.drift.stages.split import run_split
 from kit.errors import KitError
-from kit.runfolder import Run, check_manifest, default_run, record_timing, say
+from kit.runfolder import Run, check_manifest, cpu_seconds, default_run, record_timing, say
 from kit.runlock import check_protocol, hold
 
 STAGES = ("fetch", "split", "fault", "infer", "score", "bootstrap", "sensitivity", "report")
@@ -52,11 +52,11 @@ def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None =
                            f"{run.record('fetch')['substrate']!r}, not {chosen!r}; use another "
                            "--run folder")
         run.forget(name)
-        start = time.monotonic()
+        start, cpu = time.monotonic(), cpu_seconds()
         record = steps[name]()
-        elapsed = time.monotonic() - start
-        record_timing(run, name, elapsed)
-        say(f"{name}: done in {elapsed:.1f} s ({run.root})")
+        elapsed, cpu = time.monotonic() - start, cpu_seconds() - cpu
+        record_timing(run, name, elapsed, cpu)
+        say(f"{name}: done in {elapsed:.1f} s, {cpu:.0f} CPU s ({run.root})")
         return record
 
 

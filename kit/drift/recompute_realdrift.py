@@ -1,0 +1,179 @@
+"""Recompute functions of the real-drift ledger (``claims/realdrift.yaml``): each reads the
+sweep's per-case evidence (``sweep/cells.json``: one row per cell, model and export) of a
+run folder or of the shipped copy under ``claims/realdrift/evidence/digits``, and decides
+one hypothesis of ``kit/protocols/realdrift.yaml`` by its frozen rule, or describes the
+drift map. H8 reads Polygraphy's per-fault counts on the drift study's fault matrix
+(``sweep/polygraphy/fault-matrix.json``, written by ``kit sweep --drift-run``).
+
+Imports nothing of the runtime layer: verify runs these offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from kit.claims.values import Value
+from kit.errors import KitError
+from kit.files import read_json
+
+FAULT_MATRIX = "sweep/polygraphy/fault-matrix.json"
+REFERENCE = "1.20.1"
+BN_CHANGE = "1.29.0"
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
+
+
+class SweepEvidence:
+    """Checked access to one sweep evidence folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def json(self, relative: str) -> Any:
+        path = self.root / relative
+        if not path.is_file():
+            raise KitError(f"{path}: evidence file missing")
+        return read_json(path)
+
+    @cached_property
+    def cells(self) -> dict[str, Any]:
+        found = self.json("sweep/cells.json")
+        if not isinstance(found, dict) or not isinstance(found.get("rows"), list):
+            raise KitError(f"{self.root / 'sweep/cells.json'}: no 'rows' list")
+        return found
+
+    def rows(self, **match: Any) -> list[dict[str, Any]]:
+        """The rows whose fields equal every ``match`` value."""
+        return [row for row in self.cells["rows"]
+                if all(row[key] == value for key, value in match.items())]
+
+
+def _cells(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted({f"{r['release']}/{r['level']}-t{r['threads']} {r['model']}.{r['export']}"
+                   for r in rows})
+
+
+def h1_folded_release_alone(ev: SweepEvidence) -> bool:
+    """H1: folded BN, disable_all, 1 thread: every release's logits equal 1.20.1's."""
+    rows = ev.rows(export="folded", level="disable_all", threads=1)
+    if not rows:
+        raise KitError(f"{ev.root}: no folded disable_all 1-thread cell in the sweep")
+    return all(row["max_abs_logit"] == 0.0 for row in rows)
+
+
+def h2_unfolded_step_at_1_29(ev: SweepEvidence) -> bool:
+    """H2: BN kept, disable_all, 1 thread: zero from 1.20.1 to 1.28.0, nonzero from 1.29.0."""
+    rows = ev.rows(export="unfolded", level="disable_all", threads=1)
+    later = [r for r in rows if release_key(r["release"]) >= release_key(BN_CHANGE)]
+    between = [r for r in rows if release_key(REFERENCE) <= release_key(r["release"])
+               < release_key(BN_CHANGE)]
+    if not later or not between:
+        raise KitError(f"{ev.root}: the sweep lacks releases on one side of {BN_CHANGE}")
+    return all(r["max_abs_logit"] > 0 for r in later) and \
+        all(r["max_abs_logit"] == 0.0 for r in between)
+
+
+def drifting_outside(ev: SweepEvidence, low: float, high: float) -> list[str]:
+    """Cells that drift and whose p99 ||e_o|| lies outside [low, high]."""
+    return _cells([r for r in ev.rows() if r["max_abs_logit"] > 0
+                   and not low <= r["norm_quantiles"]["0.99"] <= high])
+
+
+def h3_order_of_drift(ev: SweepEvidence, low: float = 1e-7, high: float = 1e-4) -> bool:
+    """H3: every drifting cell's p99 ||e_o|| lies in [low, high]."""
+    return not drifting_outside(ev, low, high)
+
+
+def h4_no_flips(ev: SweepEvidence) -> bool:
+    """H4: no cell flips a held-out prediction on any condition."""
+    return all(all(n == 0 for n in r["flips"].values()) for r in ev.rows())
+
+
+def h5_threads_move_bits(ev: SweepEvidence) -> bool:
+    """H5: in every release, 2 threads at disable_all differ from 1 thread somewhere."""
+    rows = ev.rows(level="disable_all", threads=2)
+    releases = {r["release"] for r in ev.rows()}
+    if not rows or {r["release"] for r in rows} != releases:
+        raise KitError(f"{ev.root}: not every release has a disable_all 2-thread cell")
+    return all(any(r["vs_one_thread"] > 0 for r in rows if r["release"] == release)
+               for release in releases)
+
+
+def h6_calibration_does_not_transfer(ev: SweepEvidence, rate: float = 0.01) -> bool:
+    """H6: some cell and detector alarms with its interval's lower end above ``rate``."""
+    return any(alarm["interval"][0] > rate for r in ev.rows() for alarm in r["alarms"].values())
+
+
+def h7_polygraphy_silent(ev: SweepEvidence) -> bool:
+    """H7: Polygraphy's default check alarms on no clean held-out image of any cell."""
+    return all(r["polygraphy"]["alarms"] == 0 for r in ev.rows())
+
+
+def has_fault_matrix(ev: SweepEvidence) -> bool:
+    """Whether Polygraphy's fault-matrix table was shipped beside the sweep."""
+    return (ev.root / FAULT_MATRIX).is_file()
+
+
+def fault_matrix(ev: SweepEvidence) -> dict[str, Any]:
+    return dict(ev.json(FAULT_MATRIX))
+
+
+def polygraphy_tpr(ev: SweepEvidence) -> float:
+    """Polygraphy's pooled TPR over the fault matrix, from its per-fault counts."""
+    faults = fault_matrix(ev)["per_fault"]
+    return float(sum(f["alarms"] for f in faults) / sum(f["n"] for f in faults))
+
+
+def direct_tpr(ev: SweepEvidence) -> float:
+    """The calibrated direct detector's pooled held-out TPR in the same drift run."""
+    return float(fault_matrix(ev)["calibrated_detectors"]["direct"]["tpr"]["rate"])
+
+
+def h8_polygraphy_misses_faults(ev: SweepEvidence) -> bool:
+    """H8: Polygraphy's pooled TPR on the 54 faults is below the direct detector's."""
+    return polygraphy_tpr(ev) < direct_tpr(ev)
+
+
+def cells_swept(ev: SweepEvidence) -> int:
+    """How many (release, level, threads) cells the sweep ran."""
+    return len({(r["release"], r["level"], r["threads"]) for r in ev.rows()})
+
+
+def drifting_share(ev: SweepEvidence, export: str) -> float:
+    """Share of one export's rows whose logits differ from the reference cell's."""
+    rows = ev.rows(export=export)
+    return float(sum(r["max_abs_logit"] > 0 for r in rows) / len(rows))
+
+
+def largest_drift(ev: SweepEvidence, export: str) -> float:
+    """The largest max |d logit| of one export over every cell and model."""
+    return float(max(r["max_abs_logit"] for r in ev.rows(export=export)))
+
+
+def largest_alarm_rate(ev: SweepEvidence, detector: str) -> float:
+    """The largest clean held-out alarm rate of one calibrated detector over every cell."""
+    return float(max(r["alarms"][detector]["rate"] for r in ev.rows()))
+
+
+RECOMPUTE_REALDRIFT: dict[str, Callable[..., Value]] = {
+    "realdrift.h1_folded_release_alone": h1_folded_release_alone,
+    "realdrift.h2_unfolded_step_at_1_29": h2_unfolded_step_at_1_29,
+    "realdrift.h3_order_of_drift": h3_order_of_drift,
+    "realdrift.h4_no_flips": h4_no_flips,
+    "realdrift.h5_threads_move_bits": h5_threads_move_bits,
+    "realdrift.h6_calibration_does_not_transfer": h6_calibration_does_not_transfer,
+    "realdrift.h7_polygraphy_silent": h7_polygraphy_silent,
+    "realdrift.h8_polygraphy_misses_faults": h8_polygraphy_misses_faults,
+    "realdrift.has_fault_matrix": has_fault_matrix,
+    "realdrift.polygraphy_tpr": polygraphy_tpr,
+    "realdrift.direct_tpr": direct_tpr,
+    "realdrift.cells_swept": cells_swept,
+    "realdrift.drifting_share": drifting_share,
+    "realdrift.largest_drift": largest_drift,
+    "realdrift.largest_alarm_rate": largest_alarm_rate,
+}
