@@ -80,6 +80,8 @@ def _add_drift_commands(add: Add) -> None:
                       help="JSON table to write (default runs/polygraphy-<run name>.json)")
     bench = add("bench", help="benchmark infer and the nested bootstrap")
     bench.add_argument("--run", type=Path, help="finished drift run (default runs/digits)")
+    bench.add_argument("--sweep", type=Path, help="finished sweep folder: its time against "
+                                                  "the 30-minute target too")
 
 
 def _add_scale_options(parser: argparse.ArgumentParser) -> None:
@@ -297,7 +299,7 @@ def _polygraphy(args: argparse.Namespace) -> int:
 def _bench(args: argparse.Namespace) -> int:
     from kit.drift.bench import bench
 
-    return bench(args.run)
+    return bench(args.run, args.sweep)
 
 
 def _ship(args: argparse.Namespace) -> int:

@@ -24,8 +24,8 @@ from typing import Any
 from kit.drift.protocol import PROTOCOL, load_protocol
 from kit.drift.stages.infer import plan
 from kit.errors import KitError
-from kit.files import canonical_json
-from kit.runfolder import Run, default_run
+from kit.files import canonical_json, read_json
+from kit.runfolder import CPU_TIMES, Run, default_run
 from kit.runtime.backends import run_jobs
 from kit.runtime.runtimes import get_runtime
 from kit.runtime.venvs import ensure_runtime
@@ -101,11 +101,39 @@ def passes(infer: dict[str, Any], nested: dict[str, Any]) -> bool:
                 and nested["vectorised_s"] <= nested["target_s"])
 
 
-def bench(run_dir: Path | None = None) -> int:
-    """``python -m kit bench``: both benchmarks on the run folder; exit code of the rule."""
+REPRODUCE_TARGET_S = 15 * 60  # full digits reproduction from a fresh clone, 2 cores
+SWEEP_TARGET_S = 30 * 60  # the whole real-drift sweep on digits, 2 cores
+
+
+def stage_times(run_dir: Path, target_s: float, what: str) -> bool:
+    """Print each stage's wall time, CPU seconds and core utilisation as the run recorded
+    them (``cpu.json``) and whether their sum meets ``target_s``; False when not met or
+    not recorded."""
+    path = run_dir / CPU_TIMES
+    if not path.is_file():
+        print(f"bench: {what}: {path} not recorded (run the stages with this kit first)")
+        return False
+    found = read_json(path, f"delete {path} and rerun the stages")
+    for stage, entry in found.items():
+        print(f"bench: {what}: {stage:12s} {entry['wall_s']:8.1f} s wall, {entry['cpu_s']:8.1f}"
+              f" s CPU, {100 * entry['utilisation']:5.1f}% of {entry['cores']} cores")
+    total = sum(entry["wall_s"] for entry in found.values())
+    met = total <= target_s
+    print(f"bench: {what}: {total:.0f} s in all (target <= {target_s:.0f} s): "
+          f"{'met' if met else 'NOT met'}")
+    return met
+
+
+def bench(run_dir: Path | None = None, sweep_dir: Path | None = None) -> int:
+    """``python -m kit bench``: the stage times of the drift run (and of a sweep folder)
+    against their targets, then both benchmarks on the run folder; exit code of the rule."""
+    root = run_dir or default_run("digits").root
+    timed = stage_times(root, REPRODUCE_TARGET_S, "reproduce")
+    if sweep_dir is not None:
+        timed = stage_times(sweep_dir, SWEEP_TARGET_S, "sweep") and timed
     nested = bench_bootstrap(run_dir)
     infer = bench_infer(run_dir)
-    ok = passes(infer, nested)
+    ok = passes(infer, nested) and timed
     print(f"bench: infer {infer['ratio']}x its floor (target <= {infer['target']}), nested "
           f"bootstrap {nested['vectorised_s']} s (target <= {nested['target_s']} s, equal to "
           f"the loop on its sample: {nested['agree_on_sample']}); "

@@ -4,6 +4,8 @@ Also covers ``kit.runtime.floor`` (no test file of its own)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kit.drift.bench import BOOTSTRAP_TARGET_S, TARGET, passes
@@ -23,3 +25,21 @@ def test_within_both_targets_passes() -> None:
 ])
 def test_each_target_missed_fails(infer: dict[str, object], nested: dict[str, object]) -> None:
     assert not passes(infer, nested)
+
+
+def test_stage_times_sum_against_the_target(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from kit.drift.bench import stage_times
+    from kit.runfolder import CPU_TIMES
+
+    assert not stage_times(tmp_path, 900, "reproduce")
+    (tmp_path / CPU_TIMES).write_text(json.dumps({
+        "fetch": {"wall_s": 300.0, "cpu_s": 590.0, "cores": 2, "utilisation": 0.983},
+        "infer": {"wall_s": 500.0, "cpu_s": 900.0, "cores": 2, "utilisation": 0.9}}))
+    assert stage_times(tmp_path, 900, "reproduce")
+    assert not stage_times(tmp_path, 799, "reproduce")
+    said = capsys.readouterr().out
+    assert "98.3% of 2 cores" in said
+    assert "800 s in all" in said
