@@ -118,7 +118,7 @@ def stage_times(run_dir: Path, target_s: float, what: str) -> bool:
         print(f"bench: {what}: {stage:12s} {entry['wall_s']:8.1f} s wall, {entry['cpu_s']:8.1f}"
               f" s CPU, {100 * entry['utilisation']:5.1f}% of {entry['cores']} cores")
     total = sum(entry["wall_s"] for entry in found.values())
-    met = total <= target_s
+    met = bool(total <= target_s)
     print(f"bench: {what}: {total:.0f} s in all (target <= {target_s:.0f} s): "
           f"{'met' if met else 'NOT met'}")
     return met

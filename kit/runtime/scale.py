@@ -16,6 +16,7 @@ session options, so the order and the process a batch runs in change no byte:
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +44,13 @@ class Batch:
 
 
 def _run_batch(batch: Batch, in_root: str, out_root: str, backend: str | None) -> int:
+    """Run one batch; the worker's progress lines go to this process's stderr (a Dask
+    worker process inherits the kit's) with the batch's label."""
+    def progress(line: str) -> None:
+        print(f"{line} ({batch.label})", file=sys.stderr, flush=True)
+
     run_jobs(batch.runtime, list(batch.jobs), Path(in_root), Path(out_root) / batch.folder,
-             backend)
+             backend, progress=progress)
     return len(batch.jobs)
 
 

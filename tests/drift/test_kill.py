@@ -30,8 +30,9 @@ from tests.test_runlock import lock_is_free
 MOMENTS = (
     ("fetch", r"fetch: training: 1/1 ", False),  # exporting the plain and sketch graphs
     ("fault", r"fault: clean calibration logits", False),  # workers writing probe outputs
-    ("infer", r"worker: progress 40/86 jobs", True),  # the reference half way, mid-write
-    ("infer", r"worker: progress 100/266 jobs", True),  # the candidate, after the resumed ref
+    # infer's jobs run in batches of 48 on a LocalCluster; a progress line names its batch
+    ("infer", r"worker: progress 30/48 jobs.*\(ref jobs 1-48\)", True),  # mid-write
+    ("infer", r"worker: progress 30/48 jobs.*\(cand jobs 49-96\)", True),  # after the resumed ref
     # fault again (the run before finished it), before its probes: its fault.json must not
     # stand for this unfinished one. Not at "fault: models: 1/1", the stage's last line:
     # only two small writes follow it, and a kill raced them (and lost, once).
@@ -40,16 +41,27 @@ MOMENTS = (
 )
 
 
-def writing_temporary(pid: int) -> bool:
-    """Whether a child of ``pid`` (a worker) holds a ``*.tmp`` file open (Linux /proc)."""
+def descendants(pid: int) -> list[str]:
+    """Every process below ``pid`` (Dask worker processes and the workers they start)."""
+    found: list[str] = []
     for children in Path(f"/proc/{pid}/task").glob("*/children"):
-        for child in children.read_text().split():
-            fds = Path(f"/proc/{child}/fd")
-            try:
-                if any(os.readlink(fds / fd).endswith(".tmp") for fd in os.listdir(fds)):
-                    return True
-            except OSError:  # the child or the descriptor has just gone
-                continue
+        try:
+            for child in children.read_text().split():
+                found += [child, *descendants(int(child))]
+        except OSError:  # the process has just gone
+            continue
+    return found
+
+
+def writing_temporary(pid: int) -> bool:
+    """Whether a descendant of ``pid`` (a worker) holds a ``*.tmp`` file open (Linux /proc)."""
+    for child in descendants(pid):
+        fds = Path(f"/proc/{child}/fd")
+        try:
+            if any(os.readlink(fds / fd).endswith(".tmp") for fd in os.listdir(fds)):
+                return True
+        except OSError:  # the child or the descriptor has just gone
+            continue
     return False
 
 
