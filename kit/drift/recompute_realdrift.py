@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from kit.claims.values import Value
+from kit.drift.shipped import Evidence
 from kit.errors import KitError
-from kit.files import read_json
 
 FAULT_MATRIX = "sweep/polygraphy/fault-matrix.json"
 REFERENCE = "1.20.1"
@@ -28,17 +27,8 @@ def release_key(release: str) -> tuple[int, ...]:
     return tuple(int(part) for part in release.split("."))
 
 
-class SweepEvidence:
-    """Checked access to one sweep evidence folder."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def json(self, relative: str) -> Any:
-        path = self.root / relative
-        if not path.is_file():
-            raise KitError(f"{path}: evidence file missing")
-        return read_json(path)
+class SweepEvidence(Evidence):
+    """Checked access to one sweep evidence folder (``json`` as a drift folder's)."""
 
     @cached_property
     def cells(self) -> dict[str, Any]:
