@@ -44,6 +44,7 @@ def test_the_study_runtimes_keep_their_locks() -> None:
     other = get_runtime("ort-1.15.1")
     assert (other.name, other.lock.name, other.image) == (
         "ort-1.15.1", "ort-1.15.1.lock", "kit-ort:1.15.1")
+    assert "COPY locks/${RUNTIME}.lock" in other.dockerfile.read_text()
 
 
 def test_an_unknown_release_is_refused() -> None:
