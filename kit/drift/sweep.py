@@ -43,6 +43,7 @@ from kit.drift.polygraphy_check import fault_matrix, polygraphy_fails, version
 from kit.drift.protocol import PROTOCOL, load_protocol
 from kit.drift.stages.infer import is_done
 from kit.drift.stages.pipeline import run_stage
+from kit.drift.sweep_report import write_report
 from kit.errors import ConfigError, KitError
 from kit.files import canonical_json, load_npz, read_json, read_yaml, sha256, write_atomic
 from kit.paths import ROOT, cache_dir
@@ -296,6 +297,7 @@ def run_sweep(run_dir: Path, *, protocol_file: Path = REALDRIFT,
                   "drift_run": None if drift_run is None else drift_run.name}
         run.write_record("sweep", record)
         record_timing(run, "sweep", time.monotonic() - started, cpu_seconds() - cpu)
+        write_report(root)
         say(f"sweep: {len(all_cells)} cells x {len(graphs)} model(s) x 2 exports measured in "
             f"{time.monotonic() - started:.1f} s ({root})")
         return record

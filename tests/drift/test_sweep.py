@@ -3,7 +3,8 @@ tiny protocol's one-epoch ResNet-20: serial and on a real Dask LocalCluster (two
 processes on loopback) give the same bytes; a rerun runs no job; bad selections are
 refused before any job runs.
 
-Also covers kit/drift/drift_measures.py (the measures, recomputed here from the outputs).
+Also covers kit/drift/drift_measures.py (the measures, recomputed here from the outputs)
+and kit/drift/sweep_report.py (the drift map and the alarm-rate table).
 """
 
 from __future__ import annotations
@@ -129,3 +130,13 @@ def test_polygraphy_is_called_on_every_cell(swept: tuple[Path, Path, Path]) -> N
     reference = np.zeros((3, 4), np.float32)
     far = reference + np.array([[0], [2e-5], [1e-6]], np.float32)  # 1e-5 + 1e-5 * 0 bound
     assert polygraphy_fails(reference, far).tolist() == [False, True, False]
+
+
+def test_the_report_has_the_drift_map_and_the_alarm_table(
+        swept: tuple[Path, Path, Path]) -> None:
+    report = swept[0] / "report"
+    assert (report / "drift-map.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lines = (report / "alarm-rates.csv").read_text().splitlines()
+    assert lines[0] == "release,level,threads,export,metamorphic,direct,mixed,maximum,polygraphy"
+    assert len(lines) == 1 + 2 * 2 * 2 * 2  # cells x exports
+    assert "drift-map.png" in (report / "index.html").read_text()
