@@ -17,6 +17,11 @@ from kit.files import write_npz
 from kit.runfolder import Run
 from kit.runtime.backends import docker_available, image_labels
 from kit.runtime.runtimes import load_runtimes
+from kit.sciml.checkpoints import NUMERICS
+
+# The SciML study holds torch's kernels to AVX2 (kit/sciml/checkpoints.py) and refuses to
+# run in a process whose torch already chose others: set the pin before any test runs one.
+os.environ.update(NUMERICS)
 
 
 def _small_convnet(seed: int) -> object:

@@ -10,13 +10,26 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import platform
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from kit.errors import KitError
 from kit.files import write_atomic
 from kit.paths import cache_dir
+
+# The CPU kernels decide a trained subject's bits. oneDNN (torch's convolutions and matrix
+# products) and ATen pick their kernels by the CPU's vector ISA, and the same seeded
+# training gives other weights with AVX-512 kernels than with AVX2 ones (measured on one
+# AVX-512 machine: FNO heat seed 0, 200 steps, final loss 0.0019819308 by default and
+# 0.0019816370 with oneDNN held to AVX2, the shipped value). The study holds both
+# dispatchers to AVX2, which every x86-64 CPU from 2013-2015 on has, so that a subject
+# trained on any such machine has the same bits; the cache folders name the pin.
+NUMERICS = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+NUMERICS_TAG = "avx2"
 
 
 def content_key(recipe: Any, sources: tuple[Path, ...], extra: bytes = b"") -> str:
@@ -27,7 +40,26 @@ def content_key(recipe: Any, sources: tuple[Path, ...], extra: bytes = b"") -> s
 
 
 def cached_path(kind: str, stem: str, cache: Path | None, suffix: str = ".pt") -> Path:
-    return (cache or cache_dir()) / f"sciml-{kind}" / f"{stem}{suffix}"
+    return (cache or cache_dir()) / f"sciml-{kind}-{NUMERICS_TAG}" / f"{stem}{suffix}"
+
+
+def pin_numerics() -> str:
+    """Hold torch's kernel dispatch to AVX2 in this process and the workers it starts (the
+    PhysicsNeMo worker inherits the environment); returns the ATen capability in use. Must
+    run before torch runs its first kernel: a KitError when torch already chose others
+    (or, on x86-64, the CPU lacks AVX2), since the subjects would then not be the shipped
+    ones. Not x86-64: nothing to pin, the capability is returned as it is."""
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    if x86:
+        os.environ.update(NUMERICS)
+    import torch
+
+    capability = str(torch.backends.cpu.get_cpu_capability())
+    if x86 and capability != "AVX2":
+        raise KitError(f"torch runs {capability} kernels, not the AVX2 ones the SciML study "
+                       "pins (ONEDNN_MAX_CPU_ISA=AVX2, ATEN_CPU_CAPABILITY=avx2): start the "
+                       "study in a fresh process (python -m kit sciml), before torch has run")
+    return capability
 
 
 def load(path: Path) -> dict[str, Any] | None:

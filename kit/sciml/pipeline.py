@@ -31,6 +31,7 @@ from kit.errors import KitError
 from kit.files import canonical_json, read_json, sha256, write_atomic
 from kit.runfolder import STEPS_DIR, say, write_manifest
 from kit.sciml.cards import fixed_tolerance, load_cards
+from kit.sciml.checkpoints import pin_numerics
 from kit.sciml.config import Config
 from kit.sciml.deepmind import read_meta
 from kit.sciml.fno_study import run_fno
@@ -175,8 +176,10 @@ def run_pipeline(config: Config, out: Path) -> dict[str, Any]:
     """Run (or resume) every step into ``out``; returns the ledger."""
     if config.mgn_source is not None:
         read_meta(config.mgn_source)  # a bad folder fails before hours of work, naming it
+    capability = pin_numerics()
     out.mkdir(parents=True, exist_ok=True)
     s = Study(config, out)
+    say(f"sciml: torch kernels {capability} (kit/sciml/checkpoints.py NUMERICS)")
     begun, resuming = time.monotonic(), True
     for number, (name, step) in enumerate(STEPS.items(), 1):
         state = _kept(s, name) if resuming else None

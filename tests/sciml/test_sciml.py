@@ -9,6 +9,7 @@ Also covers ``kit.sciml.checkpoints``, ``kit.sciml.config``, ``kit.sciml.fno``,
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ import pytest
 import yaml
 
 from kit.errors import ConfigError, KitError
+from kit.paths import ROOT
+from kit.sciml import checkpoints
 from kit.sciml.cards import CARDS, load_card, load_cards
 from kit.sciml.gate import Evidence, decide
 from kit.sciml.ledger import Ledger
@@ -355,3 +358,35 @@ def test_the_sciml_command_checks_a_deepmind_folder_before_building_anything(
                 ) == 2
     assert capsys.readouterr().err.startswith(
         f"kit: error: {tmp_path / 'none' / 'meta.json'}: cannot read the dataset description")
+
+
+def test_the_numerics_pin_holds_torch_to_avx2_in_a_fresh_process(tmp_path: Path) -> None:
+    import platform
+    import subprocess
+    import sys
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the pin is x86-64's")
+    code = ("from kit.sciml.checkpoints import pin_numerics; import os; "
+            "print(pin_numerics(), os.environ['ONEDNN_MAX_CPU_ISA'])")
+    env = {k: v for k, v in os.environ.items() if k not in checkpoints.NUMERICS}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, check=True, cwd=ROOT).stdout.split()
+    assert out == ["AVX2", "AVX2"]
+
+
+def test_a_torch_that_chose_other_kernels_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    import torch
+
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        pytest.skip("the pin is x86-64's")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    with pytest.raises(KitError, match="AVX512 kernels, not the AVX2"):
+        checkpoints.pin_numerics()
+
+
+def test_cached_subjects_live_under_the_pin(tmp_path: Path) -> None:
+    path = checkpoints.cached_path("fno", "heat-0-abc", tmp_path)
+    assert path == tmp_path / f"sciml-fno-{checkpoints.NUMERICS_TAG}" / "heat-0-abc.pt"
