@@ -94,6 +94,15 @@ def sweep(session: nox.Session) -> None:
 
 
 @nox.session
+def corpus(session: nox.Session) -> None:
+    """Real-defect corpus (python -m kit corpus): every case of kit/corpus/cases under every
+    release of kit/protocols/corpus.yaml at both levels, into runs/corpus; builds each
+    release's environment from its committed lock on demand. Options: -- --cases ID ...,
+    --releases R ..., --workers N, --scheduler tcp://HOST:PORT."""
+    session.run(_python(), "-m", "kit", "corpus", *session.posargs, external=True)
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """Infer wall time over its floor (<= 1.3) and the nested bootstrap (<= 5 s)."""
     session.run(_python(), "-m", "kit", "bench", *session.posargs, external=True)

@@ -9,6 +9,8 @@
     sciml      the SciML study (operator floor, FNO, PINN, MeshGraphNet, catalogue)
     sciml-report  the SciML report of a finished run (tables, figures, one HTML page)
     bench      infer's wall time against its floor and the nested bootstrap's engine
+    sweep      the real-drift sweep (every release x level x threads)
+    corpus     the real-defect corpus (named onnxruntime CPU defects under every release)
 """
 
 from __future__ import annotations
@@ -144,6 +146,18 @@ def _add_sciml_commands(add: Add) -> None:
     report.add_argument("--out", type=Path, help="report folder (default <evidence>/report)")
 
 
+def _add_corpus_commands(add: Add) -> None:
+    corpus = add("corpus", help="the real-defect corpus: named onnxruntime CPU defects under "
+                                "every release (kit/protocols/corpus.yaml)")
+    corpus.add_argument("--run", type=Path, help="run folder (default runs/corpus)")
+    corpus.add_argument("--releases", nargs="+", metavar="RELEASE",
+                        help="run only these releases (default: the protocol's 18)")
+    corpus.add_argument("--cases", nargs="+", metavar="CASE",
+                        help="run only these cases (default: every case of kit/corpus/cases)")
+    corpus.add_argument("--backend", choices=["docker", "venv"])
+    _add_scale_options(corpus)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__.split("\n")[0],
                                      allow_abbrev=False)
@@ -154,7 +168,7 @@ def _parser() -> argparse.ArgumentParser:
         return sub.add_parser(name, allow_abbrev=False, **options)
 
     for adder in (_add_runtime_commands, _add_drift_commands, _add_claims_commands,
-                  _add_sciml_commands):
+                  _add_sciml_commands, _add_corpus_commands):
         adder(add)
     return parser
 
@@ -287,6 +301,19 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _corpus(args: argparse.Namespace) -> int:
+    from kit.corpus.pipeline import run_corpus
+    from kit.paths import ROOT
+    from kit.runtime.scale import check_options
+
+    check_options(args.scheduler, args.workers)
+    folder = args.run or ROOT / "runs" / "corpus"
+    run_corpus(folder, releases=args.releases, cases=args.cases, backend=args.backend,
+               scheduler=args.scheduler, workers=args.workers)
+    print(folder)
+    return 0
+
+
 def _polygraphy(args: argparse.Namespace) -> int:
     from kit.drift.polygraphy_check import write_fault_matrix
     from kit.paths import ROOT
@@ -316,7 +343,7 @@ def _ship(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run, "images": _images, "stage": _stage, "reproduce": _stage, "verify": _verify,
     "sciml": _sciml, "sciml-report": _sciml_report, "sweep": _sweep,
-    "polygraphy": _polygraphy, "bench": _bench, "ship": _ship}
+    "polygraphy": _polygraphy, "bench": _bench, "ship": _ship, "corpus": _corpus}
 
 
 def main(argv: list[str] | None = None) -> int:

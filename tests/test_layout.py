@@ -4,9 +4,10 @@ local imports included):
     kit.runtime   imports nothing of kit.drift, kit.sciml or kit.claims
     kit.drift     imports kit.runtime, never kit.sciml
     kit.sciml     imports kit.runtime, never kit.drift
+    kit.corpus    imports kit.runtime and kit.drift (Polygraphy's wrapper), never kit.sciml
     kit.claims    imports the studies' recompute registries, never kit.runtime
     shared        kit.errors, kit.files, kit.paths, kit.schema, kit.runfolder, kit.runlock,
-                  kit.reporting:
+                  kit.reporting, kit.stats:
                   nothing of the studies or the claims, and of kit.runtime only the
                   edges named in SHARED_RUNTIME
 
@@ -26,12 +27,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KIT = ROOT / "kit"
-PARTS = ("runtime", "drift", "sciml", "claims")
+PARTS = ("runtime", "drift", "sciml", "corpus", "claims")
 SHARED = ("kit.errors", "kit.files", "kit.paths", "kit.schema", "kit.runfolder", "kit.runlock",
-          "kit.reporting")
+          "kit.reporting", "kit.stats")
 # What each part must never import.
-FORBIDDEN = {"runtime": ("drift", "sciml", "claims"), "drift": ("sciml",),
-             "sciml": ("drift",), "claims": ("runtime",)}
+FORBIDDEN = {"runtime": ("drift", "sciml", "corpus", "claims"), "drift": ("sciml", "corpus"),
+             "sciml": ("drift", "corpus"), "corpus": ("sciml",), "claims": ("runtime",)}
 # The shared modules' only edges into kit.runtime: the file library re-exports the
 # worker's deterministic writers (one definition of the bytes both sides write), and the
 # run folder records the machine fingerprint beside a stage's timing.

@@ -44,6 +44,7 @@ from typing import Any
 
 from kit import schema
 from kit.claims.values import Value
+from kit.corpus.recompute import RECOMPUTE_CORPUS, CorpusEvidence
 from kit.drift.recompute import RECOMPUTE
 from kit.drift.recompute_realdrift import RECOMPUTE_REALDRIFT, SweepEvidence
 from kit.drift.shipped import Evidence
@@ -51,11 +52,13 @@ from kit.errors import KitError
 from kit.files import read_yaml
 from kit.sciml.recompute import RECOMPUTE_SCIML, SciEvidence
 
-FUNCTIONS = {**RECOMPUTE, **RECOMPUTE_SCIML, **RECOMPUTE_REALDRIFT}
+FUNCTIONS = {**RECOMPUTE, **RECOMPUTE_SCIML, **RECOMPUTE_REALDRIFT, **RECOMPUTE_CORPUS}
 # Per study: how its evidence folder is read, and the file whose presence means "run here".
-STUDIES: dict[str, tuple[type[Evidence] | type[SciEvidence] | type[SweepEvidence], str]] = {
+STUDIES: dict[str, tuple[type[Evidence] | type[SciEvidence] | type[SweepEvidence]
+                         | type[CorpusEvidence], str]] = {
     "drift": (Evidence, "score/score.json"), "sciml": (SciEvidence, "ledger.json"),
-    "realdrift": (SweepEvidence, "sweep/cells.json")}
+    "realdrift": (SweepEvidence, "sweep/cells.json"),
+    "corpus": (CorpusEvidence, "corpus/cases.json")}
 
 SCHEMA = schema.SCHEMAS / "claim_ledger.schema.json"
 OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,

@@ -148,7 +148,12 @@ SCIML_SHIPPED = ("ledger.json", "operator_floor.json", "fv_balance.json", "fno.j
 def ship(run: Path, study: str = "drift", root: Path = ROOT) -> Path:
     """Copy a finished run's evidence into ``claims/<study>/evidence/<substrate>``
     (a SciML run folder, recognised by its ``ledger.json``, goes to ``claims/sciml``; a
-    sweep folder, by its ``sweep/sweep.json``, to ``claims/realdrift``)."""
+    sweep folder, by its ``sweep/sweep.json``, to ``claims/realdrift``; a corpus folder, by
+    its ``corpus/corpus.json``, to ``claims/corpus``, every file its run manifest lists)."""
+    if (run / "corpus" / "corpus.json").is_file():
+        listed = read_json(run / MANIFEST)["files"]
+        return _ship_files(run, root / "claims" / "corpus" / "evidence" / "kit", sorted(listed),
+                           root)
     if (run / "ledger.json").is_file() and not (run / "fetch").is_dir():
         return _ship_files(run, root / "claims" / "sciml" / "evidence" / "kit",
                            list(SCIML_SHIPPED), root)

@@ -54,6 +54,16 @@ def _run_batch(batch: Batch, in_root: str, out_root: str, backend: str | None) -
     return len(batch.jobs)
 
 
+def _try_batch(batch: Batch, in_root: str, out_root: str, backend: str | None) -> str:
+    """Run one batch and return its worker's error ('' when it ran): for callers to whom a
+    model that a runtime cannot load or run is a finding, not a failure."""
+    try:
+        _run_batch(batch, in_root, out_root, backend)
+    except KitError as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ""
+
+
 def default_workers() -> int:
     """One single-threaded worker process per core."""
     return os.cpu_count() or 1
@@ -91,29 +101,35 @@ def _client(scheduler: str | None, workers: int) -> Any:
 def run_batches(batches: Sequence[Batch], in_root: Path, out_root: Path,
                 backend: str | None = None, scheduler: str | None = None,
                 workers: int | None = None,
-                progress: Callable[[str], None] | None = None) -> None:
+                progress: Callable[[str], None] | None = None,
+                collect: bool = False) -> dict[str, str]:
     """Run every batch, serially or on Dask; the first failing batch's error is raised
-    (a ``WorkerFailed`` naming the file) after the others were cancelled."""
+    (a ``WorkerFailed`` naming the file) after the others were cancelled. With ``collect``
+    every batch runs and the worker errors come back instead, by batch label."""
     count = check_options(scheduler, workers)
     say = progress or (lambda line: None)
+    run = _try_batch if collect else _run_batch
+    errors: dict[str, str] = {}
     if not batches:
-        return
+        return errors
     if scheduler is None and count == 1:
         for done, batch in enumerate(batches, 1):
-            _run_batch(batch, str(in_root), str(out_root), backend)
+            if error := run(batch, str(in_root), str(out_root), backend):
+                errors[batch.label] = str(error)
             say(f"batch {done}/{len(batches)} done ({batch.label})")
-        return
+        return errors
     from distributed import as_completed
 
     client = _client(scheduler, count)
     try:
-        futures = [client.submit(_run_batch, batch, str(in_root), str(out_root), backend,
+        futures = [client.submit(run, batch, str(in_root), str(out_root), backend,
                                  key=f"kit-batch-{i}-{batch.label}", pure=False)
                    for i, batch in enumerate(batches)]
         labels = {future.key: batch.label for future, batch in zip(futures, batches, strict=True)}
         for done, future in enumerate(as_completed(futures), 1):  # type: ignore[no-untyped-call]
             try:
-                future.result()
+                if error := future.result():
+                    errors[labels[future.key]] = str(error)
             except BaseException:
                 client.cancel(futures)
                 raise
@@ -123,3 +139,4 @@ def run_batches(batches: Sequence[Batch], in_root: Path, out_root: Path,
         client.close()
         if cluster is not None:
             cluster.close()
+    return errors

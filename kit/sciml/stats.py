@@ -1,4 +1,4 @@
-"""Statistics of the SciML claims: Wilson and Clopper-Pearson intervals, Wilcoxon
+"""Statistics of the SciML claims: Wilson and Clopper-Pearson intervals (``kit.stats``), Wilcoxon
 signed-rank and the percentile bootstrap from scipy; Cliff's delta written out (it is a
 two-line count)."""
 
@@ -10,20 +10,11 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from kit.stats import clopper_pearson, wilson
+
 Array = np.ndarray[Any, Any]
-
-
-def wilson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a pass rate."""
-    interval = stats.binomtest(successes, trials).proportion_ci(confidence, method="wilson")
-    return float(interval.low), float(interval.high)
-
-
-def clopper_pearson(successes: int, trials: int, confidence: float = 0.95
-                    ) -> tuple[float, float]:
-    """Clopper-Pearson (exact) interval of a share."""
-    interval = stats.binomtest(successes, trials).proportion_ci(confidence, method="exact")
-    return float(interval.low), float(interval.high)
+__all__ = ["bootstrap_ci", "bootstrap_mean_ci", "cliffs_delta", "clopper_pearson", "rate",
+           "wilcoxon", "wilson"]
 
 
 def rate(hits: int, n: int, count: str = "count", value: bool = True) -> dict[str, Any]:

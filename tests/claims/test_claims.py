@@ -227,7 +227,8 @@ def test_every_substrate_says_whether_it_is_the_papers() -> None:
     for path in LEDGERS:
         substrates = load_ledger(path)["substrates"]
         expected = {"drift": {"cifar100": True, "digits": False}, "sciml": {"kit": False},
-                    "realdrift": {"digits": False}}[load_ledger(path)["study"]]
+                    "realdrift": {"digits": False},
+                    "corpus": {"kit": False}}[load_ledger(path)["study"]]
         assert {name: s["paper"] for name, s in substrates.items()} == expected
 
 

@@ -1,0 +1,22 @@
+"""The corpus's cases, one module each, in corpus order (``CASES``)."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from kit.corpus.case import Case
+from kit.errors import ConfigError
+
+NAMES = ("avgpool_asym_pads", "avgpool_ceil_include_pad", "pad_avgpool_fusion",
+         "cast_chain_fp16", "layernorm_fusion_axis", "resize_nearest_tie")
+CASES: tuple[Case, ...] = tuple(import_module(f"kit.corpus.cases.{name}").CASE
+                                for name in NAMES)
+
+
+def by_id(case_id: str) -> Case:
+    """The case called ``case_id``; ConfigError naming the known ones otherwise."""
+    for case in CASES:
+        if case.id == case_id:
+            return case
+    raise ConfigError(f"kit/corpus/cases: no case {case_id!r}; known: "
+                      f"{', '.join(c.id for c in CASES)}")

@@ -1,0 +1,186 @@
+"""python -m kit corpus: rebuild every case, run it under every release and level of the
+protocol (``kit/protocols/corpus.yaml``), decide it by the frozen rule and write the evidence.
+
+Run folder (default ``runs/corpus``)::
+
+    cases/<id>/model.onnx       the minimal model the case's builder writes
+    cases/<id>/inputs.npz       its inputs (fed at run time)
+    cases/<id>/reference.npz    onnx's reference evaluator's outputs (or the case's override)
+    cases/<id>/outputs/<release>/<level>.npz   each release's outputs (one worker job each)
+    corpus/cases.json           per case: its entry, every deviation, load errors, decision,
+                                Polygraphy's verdict; the rate and its Wilson interval
+    corpus/corpus.json          the stage record (protocol sha256, releases, cases)
+    report/                     the per-case table and the release x case deviation map
+
+A case under a release that cannot load or run its model records that release's error (a
+finding: 1.15 loads opset <= 19 only, a crash-only defect raises); nothing is dropped. A
+finished job's output is kept on a rerun when its model and inputs are unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from kit.corpus import rule
+from kit.corpus.case import LEVELS, Case, reference_outputs
+from kit.corpus.cases import CASES, by_id
+from kit.errors import ConfigError
+from kit.files import canonical_json, load_npz, read_yaml, sha256, write_atomic, write_npz
+from kit.paths import ROOT
+from kit.runfolder import Run, cpu_seconds, record_timing, say, write_manifest
+from kit.runlock import hold
+from kit.runtime.runtimes import Runtime, release_runtime
+from kit.runtime.scale import Batch, run_batches
+
+PROTOCOL = ROOT / "kit" / "protocols" / "corpus.yaml"
+CASES_JSON = "corpus/cases.json"
+
+
+def load_corpus_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
+    protocol = read_yaml(path)
+    if not isinstance(protocol, dict) or protocol.get("study") != "corpus":
+        raise ConfigError(f"{path}: not the corpus protocol (study: corpus)")
+    return protocol
+
+
+def choose(protocol: dict[str, Any], releases: list[str] | None,
+           case_ids: list[str] | None) -> tuple[list[str], list[Case]]:
+    """The releases and cases to run: the protocol's, or the named subsets (checked)."""
+    known = [str(r) for r in protocol["releases"]]
+    chosen = known if releases is None else releases
+    unknown = [r for r in chosen if r not in known]
+    if unknown:
+        raise ConfigError(f"{PROTOCOL}: release(s) {', '.join(unknown)} not in the corpus's "
+                          f"releases ({', '.join(known)})")
+    cases = list(CASES) if case_ids is None else [by_id(i) for i in case_ids]
+    return sorted(chosen, key=rule.release_key), cases
+
+
+def build_case(root: Path, case: Case, seed: int) -> dict[str, str]:
+    """Write a case's model, inputs and reference; returns their sha256."""
+    folder = root / "cases" / case.id
+    built = case.build(seed)
+    write_atomic(folder / "model.onnx", built.model.SerializeToString(deterministic=True))
+    write_npz(folder / "inputs.npz", built.inputs)
+    write_npz(folder / "reference.npz", reference_outputs(built))
+    return {name: sha256(folder / name) for name in ("model.onnx", "inputs.npz",
+                                                     "reference.npz")}
+
+
+def _batches(root: Path, cases: list[Case], runtimes: dict[str, Runtime],
+             hashes: dict[str, dict[str, str]]) -> list[Batch]:
+    """One batch per (case, release, level): a model one level cannot load must not keep the
+    other level from running. A job whose output exists under unchanged inputs is kept."""
+    pending = []
+    for case in cases:
+        stamp = root / "cases" / case.id / "outputs" / "inputs.sha256"
+        current = canonical_json(hashes[case.id]).decode()
+        if not stamp.is_file() or stamp.read_text() != current:
+            for old in (root / "cases" / case.id / "outputs").rglob("*.npz"):
+                old.unlink()
+            write_atomic(stamp, current.encode())
+        n = len(next(iter(load_npz(root / "cases" / case.id / "inputs.npz").values())))
+        for release, runtime in runtimes.items():
+            folder = f"cases/{case.id}/outputs/{release}"
+            for level in LEVELS:
+                if (root / folder / f"{level}.npz").is_file():
+                    continue
+                job = {"model": f"cases/{case.id}/model.onnx",
+                       "inputs": f"cases/{case.id}/inputs.npz", "output": f"{level}.npz",
+                       "graph_optimization": level, "batch_size": n, "id": level}
+                pending.append(Batch(runtime, (job,), f"{case.id} {release} {level}", folder))
+    return pending
+
+
+def measure_case(root: Path, case: Case, releases: list[str],
+                 errors: dict[str, str]) -> dict[str, Any]:
+    """Every release's deviation from the reference, the decision and Polygraphy's check."""
+    folder = root / "cases" / case.id
+    reference = load_npz(folder / "reference.npz")
+    s = rule.scale(reference)
+    deviations: dict[str, dict[str, float | None]] = {}
+    failures: dict[str, dict[str, str]] = {}
+    for release in releases:
+        deviations[release] = {}
+        for level in LEVELS:
+            path = folder / "outputs" / release / f"{level}.npz"
+            label = f"{case.id} {release} {level}"
+            if path.is_file():
+                deviations[release][level] = rule.deviation(load_npz(path), reference, str(path))
+            else:
+                deviations[release][level] = None
+                failures.setdefault(release, {})[level] = errors.get(label, "no output")
+    entry = case.describe()
+    decision = rule.decide(entry, deviations, s)
+    loaded = [r for r in releases if deviations[r][case.level] is not None]
+    return {**entry, "deviations": deviations, "errors": failures, "decision": decision,
+            "range": rule.range_mismatch(entry, decision, loaded),
+            "polygraphy": polygraphy_verdict(folder, case, releases)}
+
+
+def polygraphy_verdict(folder: Path, case: Case, releases: list[str]
+                       ) -> dict[str, Any] | None:
+    """Polygraphy's default comparison of the first affected release against the first
+    fixed release run, at the case's level (``mismatch``: it reports one), or None when
+    either has no output."""
+    from kit.drift.polygraphy_check import polygraphy_fails
+
+    fixed = [r for r in case.fixed if r in releases]
+    affected = [r for r in case.affected if r in releases]
+    if not fixed or not affected:
+        return None
+    paths = [folder / "outputs" / r / f"{case.level}.npz" for r in (fixed[0], affected[0])]
+    if not all(p.is_file() for p in paths):
+        return None
+    right, wrong = (load_npz(p) for p in paths)
+    fails = any(bool(polygraphy_fails(right[name][None], wrong[name][None], name).any())
+                for name in sorted(right))
+    return {"fixed": fixed[0], "affected": affected[0], "mismatch": fails}
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    from kit.stats import wilson
+
+    reproduced = sum(1 for r in rows if r["decision"]["reproduced"])
+    low, high = wilson(reproduced, len(rows)) if rows else (None, None)
+    return {"listed": len(rows), "reproduced": reproduced,
+            "rate": reproduced / len(rows) if rows else None, "wilson95": [low, high],
+            "paper": {"reproduced": rule.PAPER_REPRODUCED, "listed": rule.PAPER_LISTED}}
+
+
+def run_corpus(run_dir: Path, *, protocol_file: Path = PROTOCOL,
+               releases: list[str] | None = None, cases: list[str] | None = None,
+               backend: str | None = None, scheduler: str | None = None,
+               workers: int | None = None) -> dict[str, Any]:
+    """Run (or resume) the corpus in ``run_dir``; returns its evidence."""
+    protocol = load_corpus_protocol(protocol_file)
+    chosen, picked = choose(protocol, releases, cases)
+    runtimes = {release: release_runtime(release) for release in chosen}
+    with hold(run_dir) as root:
+        started, cpu = time.monotonic(), cpu_seconds()
+        run = Run(root)
+        run.forget("corpus")
+        seed = int(protocol["seeds"]["inputs"])
+        hashes = {case.id: build_case(root, case, seed) for case in picked}
+        pending = _batches(root, picked, runtimes, hashes)
+        say(f"corpus: {len(picked)} case(s) x {len(chosen)} release(s) x {len(LEVELS)} levels: "
+            f"{len(pending)} job(s) to run")
+        errors = run_batches(pending, root, root, backend, scheduler, workers, say,
+                             collect=True)
+        rows = [measure_case(root, case, chosen, errors) for case in picked]
+        evidence = {"protocol_sha256": sha256(protocol_file), "releases": chosen,
+                    "cases": rows, "summary": summary(rows)}
+        write_atomic(root / CASES_JSON, canonical_json(evidence))
+        run.write_record("corpus", {"protocol_sha256": evidence["protocol_sha256"],
+                                    "releases": chosen, "cases": [c.id for c in picked]})
+        write_manifest(root)
+        record_timing(run, "corpus", time.monotonic() - started, cpu_seconds() - cpu)
+        from kit.corpus.report import write_report
+
+        write_report(root)
+        done: dict[str, Any] = summary(rows)
+        say(f"corpus: {done['reproduced']}/{done['listed']} case(s) reproduced in "
+            f"{time.monotonic() - started:.1f} s ({root})")
+        return evidence

@@ -1,0 +1,138 @@
+"""Recompute functions of the corpus ledger (``claims/corpus.yaml``). Each reads a corpus
+evidence folder (a run's, or the shipped ``claims/corpus/evidence/kit``): the per-case
+entries of ``corpus/cases.json`` for what each case declares, and the raw outputs
+(``cases/<id>/reference.npz``, ``cases/<id>/outputs/<release>/<level>.npz``) from which every
+deviation and decision is recomputed with the protocol's rule (``kit.corpus.rule``), never
+read from the recorded ones. Polygraphy's verdicts (K5) are the run's records: Polygraphy
+is not in the verify environment.
+
+Imports nothing of the runtime layer: verify runs these offline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from kit.claims.values import Value
+from kit.corpus import rule
+from kit.corpus.case import LEVELS
+from kit.errors import KitError
+from kit.files import load_npz, read_json
+from kit.stats import wilson
+
+CASES_JSON = "corpus/cases.json"
+
+
+class CorpusEvidence:
+    """Checked access to one corpus evidence folder, every decision recomputed."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @cached_property
+    def record(self) -> dict[str, Any]:
+        path = self.root / CASES_JSON
+        if not path.is_file():
+            raise KitError(f"{path}: evidence file missing")
+        found = read_json(path)
+        if not isinstance(found, dict) or not isinstance(found.get("cases"), list):
+            raise KitError(f"{path}: no 'cases' list")
+        return found
+
+    @cached_property
+    def decisions(self) -> dict[str, dict[str, Any]]:
+        """Per case id: its entry with deviations and decision recomputed from the outputs."""
+        return {case["id"]: self._recompute(case) for case in self.record["cases"]}
+
+    def _recompute(self, case: dict[str, Any]) -> dict[str, Any]:
+        folder = self.root / "cases" / case["id"]
+        reference = load_npz(folder / "reference.npz")
+        deviations: dict[str, dict[str, float | None]] = {}
+        for release in self.record["releases"]:
+            deviations[release] = {}
+            for level in LEVELS:
+                path = folder / "outputs" / release / f"{level}.npz"
+                loaded = path.is_file()
+                if not loaded and level not in case["errors"].get(release, {}):
+                    raise KitError(f"{path}: missing, and {CASES_JSON} records no error for it")
+                deviations[release][level] = rule.deviation(load_npz(path), reference, str(path)) \
+                    if loaded else None
+        decision = rule.decide(case, deviations, rule.scale(reference))
+        ran = [r for r in deviations if deviations[r][case["level"]] is not None]
+        return {**case, "deviations": deviations, "decision": decision,
+                "range": rule.range_mismatch(case, decision, ran)}
+
+    def reproduced(self) -> list[str]:
+        return [i for i, c in self.decisions.items() if c["decision"]["reproduced"]]
+
+
+def k1_every_case_reproduces(ev: CorpusEvidence) -> bool:
+    """K1: every listed case reproduces by the protocol's rule."""
+    return len(ev.reproduced()) == len(ev.decisions) > 0
+
+
+def k2_ranges_as_declared(ev: CorpusEvidence) -> bool:
+    """K2: per case, the releases that deviate are exactly the declared affected ones."""
+    return all(not c["range"]["extra"] and not c["range"]["missing"]
+               for c in ev.decisions.values())
+
+
+def k3_rate_at_least_paper(ev: CorpusEvidence) -> bool:
+    """K3: reproduced / listed >= the paper's 10/14."""
+    return len(ev.reproduced()) * rule.PAPER_LISTED >= rule.PAPER_REPRODUCED * len(ev.decisions)
+
+
+def k4_kernel_defects(ev: CorpusEvidence) -> bool:
+    """K4: more than half of the reproduced cases deviate at disable_all on every declared
+    affected release."""
+    reproduced = [ev.decisions[i] for i in ev.reproduced()]
+    kernel = sum(1 for c in reproduced if c["decision"]["at_disable_all"])
+    return 2 * kernel > len(reproduced)
+
+
+def k5_polygraphy_flags_all(ev: CorpusEvidence) -> bool:
+    """K5: Polygraphy's recorded check reports a mismatch on every reproduced case."""
+    recorded = {c["id"]: c.get("polygraphy") for c in ev.record["cases"]}
+    return all(recorded[i] is not None and recorded[i]["mismatch"] for i in ev.reproduced())
+
+
+def rate(ev: CorpusEvidence, stat: str = "value") -> Value:
+    """The issue-level reproduction rate (``value``), its Wilson 95% interval
+    (``wilson95``), or the counts (``reproduced``, ``listed``)."""
+    hits, n = len(ev.reproduced()), len(ev.decisions)
+    if n == 0:
+        raise KitError(f"{ev.root / CASES_JSON}: no cases")
+    found: dict[str, Value] = {"value": hits / n, "wilson95": list(wilson(hits, n)),
+                               "reproduced": hits, "listed": n}
+    if stat not in found:
+        raise KitError(f"unknown corpus rate statistic {stat!r}")
+    return found[stat]
+
+
+def case_reproduced(ev: CorpusEvidence, case: str) -> bool:
+    """Whether one named case reproduces (recomputed)."""
+    if case not in ev.decisions:
+        raise KitError(f"{ev.root / CASES_JSON}: no case {case!r}")
+    return bool(ev.decisions[case]["decision"]["reproduced"])
+
+
+def largest_deviation(ev: CorpusEvidence, case: str) -> float:
+    """The largest deviation from the reference of a declared affected release, at the
+    case's level (recomputed)."""
+    entry = ev.decisions.get(case)
+    if entry is None:
+        raise KitError(f"{ev.root / CASES_JSON}: no case {case!r}")
+    found = [entry["deviations"][r][entry["level"]] for r in entry["affected"]
+             if entry["deviations"].get(r, {}).get(entry["level"]) is not None]
+    if not found:
+        raise KitError(f"{ev.root / CASES_JSON}: case {case!r} has no affected output")
+    return float(max(found))
+
+
+RECOMPUTE_CORPUS: dict[str, Callable[..., Value]] = {
+    f"corpus.{f.__name__}": f for f in (
+        k1_every_case_reproduces, k2_ranges_as_declared, k3_rate_at_least_paper,
+        k4_kernel_defects, k5_polygraphy_flags_all, rate, case_reproduced, largest_deviation)}

@@ -1,0 +1,99 @@
+"""The corpus report (``<run>/report/``, outside the run manifest), from ``corpus/cases.json``:
+
+- the per-case table (``cases.md``/``.csv``): issue, PR, op, level, declared affected and
+  fixed releases, reproduced or not, the largest deviation of an affected release and the
+  fixed releases' envelope, the releases that deviate but are not declared (and the
+  reverse), Polygraphy's verdict, the ground-truth node;
+- the deviation map (``deviation-map.png``): case (rows) x release (columns), colour
+  log10 d at the case's level (white where a release matches the reference exactly, black
+  where it could not load or run the model), declared affected releases outlined;
+- ``index.html`` with both, and the issue-level rate beside the paper's 10/14.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kit.files import read_json, write_atomic
+from kit.reporting import csv_text, html_page, markdown, pyplot, save_png
+
+HEADER = ["case", "issue", "pr", "op", "level", "affected", "fixed", "reproduced",
+          "max d affected", "envelope", "extra", "missing", "polygraphy", "ground truth"]
+
+
+def _span(releases: list[str]) -> str:
+    return f"{releases[0]}..{releases[-1]}" if len(releases) > 2 else ", ".join(releases)
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else f"{value:.3g}"
+
+
+def table_rows(evidence: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for case in evidence["cases"]:
+        d = [case["deviations"].get(r, {}).get(case["level"]) for r in case["affected"]]
+        worst = max((v for v in d if v is not None), default=None)
+        poly = case["polygraphy"]
+        rows.append([case["id"], str(case["issue"] or "-"), str(case["pr"] or "-"), case["op"],
+                     case["level"], _span(case["affected"]), _span(case["fixed"]),
+                     "yes" if case["decision"]["reproduced"] else "no", _number(worst),
+                     _number(case["decision"]["envelope"]),
+                     ", ".join(case["range"]["extra"]) or "-",
+                     ", ".join(case["range"]["missing"]) or "-",
+                     "-" if poly is None else "mismatch" if poly["mismatch"] else "passes",
+                     ", ".join(case["ground_truth"])])
+    return rows
+
+
+def deviation_map(evidence: dict[str, Any], out: Path) -> str:
+    plt = pyplot()
+    releases, cases = evidence["releases"], evidence["cases"]
+    grid = np.full((len(cases), len(releases)), np.nan)
+    for i, case in enumerate(cases):
+        for j, release in enumerate(releases):
+            d = case["deviations"].get(release, {}).get(case["level"])
+            grid[i, j] = -12.0 if d == 0 else np.log10(d) if d is not None else np.nan
+    fig, ax = plt.subplots(figsize=(0.45 * len(releases) + 3, 0.45 * len(cases) + 2))
+    cmap = plt.get_cmap("viridis").with_extremes(bad="black")
+    masked = np.ma.masked_invalid(grid)  # type: ignore[no-untyped-call]
+    image = ax.imshow(masked, cmap=cmap, vmin=-8, vmax=1, aspect="auto")
+    for i, case in enumerate(cases):
+        for j, release in enumerate(releases):
+            if release in case["affected"]:
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
+                                           edgecolor="red", linewidth=1.2))
+    ax.set_xticks(range(len(releases)), releases, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(cases)), [f"{c['id']} ({c['level']})" for c in cases], fontsize=7)
+    ax.set_title("log10 max |output - reference| per release (red: declared affected; "
+                 "black: did not load or run)", fontsize=8)
+    fig.colorbar(image, ax=ax, label="log10 d")
+    fig.tight_layout()
+    save_png(fig, out / "deviation-map.png")
+    return "deviation-map.png"
+
+
+def write_report(run: Path) -> Path:
+    """Write ``<run>/report/`` from the run's ``corpus/cases.json``; returns the page."""
+    evidence = read_json(run / "corpus" / "cases.json")
+    out = run / "report"
+    rows = table_rows(evidence)
+    write_atomic(out / "cases.md", markdown(HEADER, rows).encode())
+    write_atomic(out / "cases.csv", csv_text(HEADER, rows).encode())
+    figure = deviation_map(evidence, out)
+    s = evidence["summary"]
+    low, high = s["wilson95"]
+    provenance = {"cases": s["listed"], "reproduced": s["reproduced"],
+                  "rate (Wilson 95%)": f"{_number(s['rate'])} [{_number(low)}, {_number(high)}]",
+                  "paper": f"{s['paper']['reproduced']}/{s['paper']['listed']} (unnamed issues)",
+                  "releases": ", ".join(evidence["releases"]),
+                  "protocol sha256": evidence["protocol_sha256"]}
+    page = html_page("Real-defect corpus", "Real-defect corpus: onnxruntime CPU defects",
+                     provenance, {"Cases": (HEADER, rows)}, [figure])
+    write_atomic(out / "index.html", page.encode())
+    return out / "index.html"

@@ -1,0 +1,129 @@
+"""The real-defect corpus: one case end to end on the two releases the default tests build
+(Pad fused into AveragePool, issue 22177: wrong in 1.20.1 with optimisation on, right in
+1.29.0), the reproduction rule (kit.corpus.rule) on numbers that pass and fail it, the
+recompute side (kit.corpus.recompute) against the run's own decisions and the shipped
+evidence, the report (kit.corpus.report), the case registry (kit.corpus.cases, kit.corpus.case)
+and the refusals before any job (kit.corpus.pipeline). Every case module builds a checked
+model here: kit.corpus.cases.avgpool_asym_pads, kit.corpus.cases.avgpool_ceil_include_pad,
+kit.corpus.cases.pad_avgpool_fusion, kit.corpus.cases.cast_chain_fp16,
+kit.corpus.cases.layernorm_fusion_axis, kit.corpus.cases.resize_nearest_tie; the shared
+interval helper kit.stats gives the rate's Wilson interval."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from kit.__main__ import main
+from kit.corpus import rule
+from kit.corpus.cases import CASES, by_id
+from kit.corpus.pipeline import run_corpus
+from kit.corpus.recompute import RECOMPUTE_CORPUS, CorpusEvidence
+from kit.errors import ConfigError, KitError
+from kit.files import read_json
+from kit.paths import ROOT
+
+PAIR = ["1.20.1", "1.29.0"]
+
+
+@pytest.fixture(scope="module")
+def fusion_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("corpus") / "run"
+    run_corpus(folder, releases=PAIR, cases=["pad-avgpool-fusion"], workers=1)
+    return folder
+
+
+def test_one_case_end_to_end_reproduces_at_its_level_only(fusion_run: Path) -> None:
+    evidence = read_json(fusion_run / "corpus" / "cases.json")
+    (case,) = evidence["cases"]
+    assert case["decision"]["reproduced"] is True
+    d = case["deviations"]
+    assert d["1.20.1"]["enable_all"] > 0.1                     # the fused pool divides wrongly
+    assert d["1.20.1"]["disable_all"] < 1e-6                   # no fusion, no defect
+    assert d["1.29.0"]["enable_all"] < 1e-6                    # fixed
+    assert case["decision"]["observed_affected"] == {"disable_all": [], "enable_all": ["1.20.1"]}
+    assert case["polygraphy"] == {"fixed": "1.29.0", "affected": "1.20.1", "mismatch": True}
+    assert evidence["summary"]["reproduced"] == 1
+    assert (fusion_run / "report" / "deviation-map.png").stat().st_size > 0
+    assert "pad-avgpool-fusion" in (fusion_run / "report" / "cases.md").read_text()
+
+
+def test_a_rerun_keeps_every_output_and_writes_the_same_bytes(fusion_run: Path) -> None:
+    before = (fusion_run / "manifest.json").read_bytes()
+    outputs = sorted((fusion_run / "cases").rglob("outputs/*/*.npz"))
+    assert len(outputs) == 4
+    stamps = [p.stat().st_mtime_ns for p in outputs]
+    run_corpus(fusion_run, releases=PAIR, cases=["pad-avgpool-fusion"], workers=1)
+    assert [p.stat().st_mtime_ns for p in outputs] == stamps
+    assert (fusion_run / "manifest.json").read_bytes() == before
+
+
+def test_the_recompute_side_decides_from_the_raw_outputs(fusion_run: Path) -> None:
+    ev = CorpusEvidence(fusion_run)
+    recorded = read_json(fusion_run / "corpus" / "cases.json")["cases"][0]
+    assert ev.decisions["pad-avgpool-fusion"]["decision"] == recorded["decision"]
+    assert RECOMPUTE_CORPUS["corpus.case_reproduced"](ev, "pad-avgpool-fusion") is True
+    out = fusion_run / "cases" / "pad-avgpool-fusion" / "outputs" / "1.20.1" / "enable_all.npz"
+    saved = out.read_bytes()
+    try:  # the fixed release's output put in place of the affected one: no longer reproduces
+        out.write_bytes((out.parent.parent / "1.29.0" / "enable_all.npz").read_bytes())
+        assert CorpusEvidence(fusion_run).decisions["pad-avgpool-fusion"]["decision"][
+            "reproduced"] is False
+        out.unlink()
+        with pytest.raises(KitError, match="records no error for it"):
+            _ = CorpusEvidence(fusion_run).decisions
+    finally:
+        out.write_bytes(saved)
+
+
+def test_the_rule_on_numbers_that_pass_and_fail() -> None:
+    case = {"level": "disable_all", "affected": ["1.21.1"], "fixed": ["1.25.1"]}
+
+    def decide(bad: float | None, good: float | None) -> dict[str, object]:
+        return rule.decide(case, {"1.21.1": {"disable_all": bad, "enable_all": 0.0},
+                                  "1.25.1": {"disable_all": good, "enable_all": 0.0}}, 2.0)
+
+    assert decide(0.3, 1e-7)["reproduced"] is True
+    assert decide(1e-4, 0.0)["reproduced"] is False            # under t = 1e-4 * s = 2e-4
+    assert decide(5e-4, 1e-5)["reproduced"] is False           # under 100 x the envelope
+    assert decide(0.3, 1e-3)["reproduced"] is False            # the fix does not match
+    assert decide(None, 0.0)["reproduced"] is False            # the affected release did not run
+    assert decide(math.inf, 0.0)["reproduced"] is True
+    assert rule.scale({"y": __import__("numpy").array([-3.0, 2.0])}) == 3.0
+
+
+def test_the_hypotheses_on_the_shipped_evidence() -> None:
+    ev = CorpusEvidence(ROOT / "claims" / "corpus" / "evidence" / "kit")
+    recorded = {c["id"]: c["decision"] for c in ev.record["cases"]}
+    assert {i: c["decision"] for i, c in ev.decisions.items()} == recorded
+    assert sorted(recorded) == sorted(c.id for c in CASES)
+    assert RECOMPUTE_CORPUS["corpus.rate"](ev, "listed") == len(CASES)
+    low, high = RECOMPUTE_CORPUS["corpus.rate"](ev, "wilson95")  # type: ignore[misc]
+    assert 0 < low < high <= 1
+
+
+def test_every_case_builds_a_loadable_model_with_a_batch_axis() -> None:
+    import onnx
+
+    for case in CASES:
+        built = case.build(8101)
+        onnx.checker.check_model(built.model, full_check=True)
+        assert built.model.ir_version == 8
+        assert max(o.version for o in built.model.opset_import) <= 19
+        names = {n.name for n in built.model.graph.node}
+        assert set(case.ground_truth) <= names, case.id
+        assert not {i.name for i in built.model.graph.initializer} & set(built.inputs)
+        assert set(case.affected).isdisjoint(case.fixed), case.id
+        assert case.cnn_op or case.relation, case.id
+
+
+def test_bad_names_are_refused_before_any_job(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="no case 'nope'"):
+        by_id("nope")
+    assert main(["corpus", "--run", str(tmp_path / "run"), "--releases", "1.99.0"]) == 2
+    assert "release(s) 1.99.0 not in the corpus's releases" in capsys.readouterr().err
+    assert main(["corpus", "--run", str(tmp_path / "run"), "--cases", "nope"]) == 2
+    assert not (tmp_path / "run" / "cases").exists()
