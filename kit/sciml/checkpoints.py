@@ -2,7 +2,7 @@
 
 The cache name hashes the recipe (a dataclass), any extra key and the source files that
 decide the result, so a changed recipe or changed code never loads a stale subject.
-Checkpoints are torch state dicts written atomically under ``<cache>/sciml-<kind>/``.
+Checkpoints are torch state dicts written atomically under ``<cache>/sciml-<kind>-avx2/``.
 """
 
 from __future__ import annotations

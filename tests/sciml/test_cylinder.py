@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kit.sciml.checkpoints import cached_path
 from kit.sciml.cylinder import Flow, simulate_grid, trajectory
 from kit.sciml.deepmind import trajectories, write_dataset
 
@@ -32,7 +33,7 @@ def test_trajectory_is_cached_and_exports_in_the_official_layout(tmp_path: Path)
     first = trajectory(TINY, cache=tmp_path)
     again = trajectory(TINY, cache=tmp_path)
     np.testing.assert_array_equal(first["velocity"], again["velocity"])
-    assert len(list((tmp_path / "sciml-cylinder").glob("*.npz"))) == 1
+    assert len(list(cached_path("cylinder", "x", tmp_path).parent.glob("*.npz"))) == 1
     frames, nodes = first["velocity"].shape[:2]
     meta = {"dt": 0.02, "trajectory_length": frames,
             "field_names": ["cells", "mesh_pos", "node_type", "velocity"],

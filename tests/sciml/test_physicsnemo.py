@@ -19,6 +19,7 @@ import pytest
 from kit.errors import KitError
 from kit.paths import cache_dir
 from kit.runtime.venvs import PHYSICSNEMO_LOCK, is_current, venv_python
+from kit.sciml.checkpoints import cached_path
 from kit.sciml.meshes import cylinder_mesh
 from kit.sciml.mgn import directed_edges, permute_graph
 from kit.sciml.mgn_train import Subject
@@ -52,7 +53,7 @@ def _exercise(python: Path, backend: str, tmp_path: Path) -> None:
         np.testing.assert_allclose(moved, base[perm], rtol=0, atol=1e-12)
         with pytest.raises(KitError, match=rf"physicsnemo_worker.py \({backend}\): RuntimeError"):
             net.step(data["mesh_pos"], data["velocity"][3][:5], types, edges)  # wrong shape
-    cached = list((tmp_path / "sciml-physicsnemo").glob("*.pt"))
+    cached = list(cached_path("physicsnemo", "x", tmp_path).parent.glob("*.pt"))
     assert len(cached) == 1
     with Remote(python, backend) as again:  # loaded, not trained again
         again.train(subject, data, 3, "test", cache=tmp_path)
