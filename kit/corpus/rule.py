@@ -34,16 +34,20 @@ def scale(reference: dict[str, Array]) -> float:
 
 
 def deviation(output: dict[str, Array], reference: dict[str, Array], shown: str) -> float:
-    """d = max |output - reference| over every output element (inf where a value is not
-    finite where the reference's is, or a shape differs)."""
+    """d = max |output - reference| over every output element: inf where a shape differs
+    or a value is not finite where the reference's differs (a NaN where the reference has a
+    number, or a number where it has NaN); a NaN or infinity equal to the reference's
+    counts as agreement."""
     worst = 0.0
     for name, want in reference.items():
         if name not in output:
             raise KitError(f"{shown}: no output {name!r}")
-        got = np.asarray(output[name], np.float64)
+        got, want = np.asarray(output[name], np.float64), np.asarray(want, np.float64)
         if got.shape != want.shape:
             return math.inf
-        diff = np.abs(got - np.asarray(want, np.float64))
+        same = (got == want) | (np.isnan(got) & np.isnan(want))
+        with np.errstate(invalid="ignore"):  # inf - inf where both agree: masked by same
+            diff = np.where(same, 0.0, np.abs(got - want))
         if not np.all(np.isfinite(diff)):
             return math.inf
         if diff.size:

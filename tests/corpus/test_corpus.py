@@ -6,7 +6,10 @@ evidence, the report (kit.corpus.report), the case registry (kit.corpus.cases, k
 and the refusals before any job (kit.corpus.pipeline). Every case module builds a checked
 model here: kit.corpus.cases.avgpool_asym_pads, kit.corpus.cases.avgpool_ceil_include_pad,
 kit.corpus.cases.pad_avgpool_fusion, kit.corpus.cases.cast_chain_fp16,
-kit.corpus.cases.layernorm_fusion_axis, kit.corpus.cases.resize_nearest_tie; the shared
+kit.corpus.cases.layernorm_fusion_axis, kit.corpus.cases.resize_nearest_tie,
+kit.corpus.cases.pad_maxpool_fusion, kit.corpus.cases.simplified_layernorm_pow,
+kit.corpus.cases.reduce_noop_empty_axes, kit.corpus.cases.layernorm_large_mean,
+kit.corpus.cases.minmax_nan; the shared
 interval helper kit.stats gives the rate's Wilson interval."""
 
 from __future__ import annotations
@@ -92,6 +95,17 @@ def test_the_rule_on_numbers_that_pass_and_fail() -> None:
     assert decide(None, 0.0)["reproduced"] is False            # the affected release did not run
     assert decide(math.inf, 0.0)["reproduced"] is True
     assert rule.scale({"y": __import__("numpy").array([-3.0, 2.0])}) == 3.0
+
+
+def test_a_nan_counts_only_where_the_reference_has_none() -> None:
+    import numpy as np
+
+    want = {"y": np.array([[1.0, np.nan, np.inf]], np.float32)}
+    assert rule.deviation({"y": np.array([[1.5, np.nan, np.inf]])}, want, "t") == 0.5
+    assert rule.deviation({"y": np.array([[1.0, 2.0, np.inf]])}, want, "t") == math.inf
+    assert rule.deviation({"y": np.array([[np.nan, np.nan, np.inf]])}, want, "t") == math.inf
+    assert rule.deviation({"y": np.array([[1.0, np.nan, -np.inf]])}, want, "t") == math.inf
+    assert rule.deviation({"y": np.array([[1.0, np.nan]])}, want, "t") == math.inf  # shape
 
 
 def test_the_hypotheses_on_the_shipped_evidence() -> None:

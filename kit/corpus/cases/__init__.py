@@ -8,7 +8,9 @@ from kit.corpus.case import Case
 from kit.errors import ConfigError
 
 NAMES = ("avgpool_asym_pads", "avgpool_ceil_include_pad", "pad_avgpool_fusion",
-         "cast_chain_fp16", "layernorm_fusion_axis", "resize_nearest_tie")
+         "cast_chain_fp16", "layernorm_fusion_axis", "resize_nearest_tie",
+         "pad_maxpool_fusion", "simplified_layernorm_pow", "reduce_noop_empty_axes",
+         "layernorm_large_mean", "minmax_nan")
 CASES: tuple[Case, ...] = tuple(import_module(f"kit.corpus.cases.{name}").CASE
                                 for name in NAMES)
 
