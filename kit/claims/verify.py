@@ -25,6 +25,7 @@ run's evidence into ``claims/<study>/evidence/`` and rewrites the manifests.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sys
 import time
@@ -241,6 +242,32 @@ def _pin_problems(record: Path, substrate: str) -> list[str]:
             "only the pinned upstream assets can reproduce the paper"]
 
 
+def link_kit_answers(ledgers: list[dict[str, Any]], outcomes: list[Outcome],
+                     problems: list[str]) -> list[Outcome]:
+    """A claim left not run here that another ledger's claim answers on the kit's own
+    material (``kit_answer``) gets that claim's recomputed value and status in its note; a
+    pointer to a claim no ledger holds is a failed check."""
+    found = {(o.study, o.claim): o for o in outcomes}
+    answers = {(ledger["study"], claim["id"]): claim["kit_answer"] for ledger in ledgers
+               for claim in ledger["claims"] if "kit_answer" in claim}
+    linked = []
+    for outcome in outcomes:
+        answer = answers.get((outcome.study, outcome.claim))
+        if answer is None or outcome.status != "not run here":
+            linked.append(outcome)
+            continue
+        target = found.get((answer["study"], answer["claim"]))
+        if target is None:
+            problems.append(f"claims/{outcome.study}.yaml: {outcome.claim}'s kit_answer names "
+                            f"{answer['study']} {answer['claim']}, which no ledger holds")
+            linked.append(outcome)
+            continue
+        note = (f"{outcome.note}; answered on the kit's own material by {answer['study']} "
+                f"{answer['claim']} = {target.recomputed} ({target.status}): {answer['scope']}")
+        linked.append(dataclasses.replace(outcome, note=note))
+    return linked
+
+
 def print_outcomes(outcomes: list[Outcome]) -> None:
     print(f"{'claim':<8} {'substrate':<9} {'published':<28} {'recomputed':<24} "
           f"{'status':<20} rule")
@@ -292,6 +319,7 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
             outcomes += evaluate(ledger, root, problems)
         except KitError as exc:
             problems.append(str(exc))
+    outcomes = link_kit_answers(ledgers, outcomes, problems)
     digest = root_digest(root)
     if expect_root is not None and expect_root.lower() != digest:
         problems.append(f"root digest {digest} differs from the expected {expect_root}")

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import yaml
 
-from kit.claims.ledger import evaluate, load_ledger
+from kit.claims.ledger import Outcome, evaluate, load_ledger
 from kit.claims.verify import (
     check_manifests,
     check_trajectories,
@@ -607,3 +607,32 @@ def test_compare_names_a_run_manifest_that_cannot_be_read(
     write_manifest(second)
     assert main(["verify", "--compare", str(first), str(second)]) == 2
     assert f"{second}/score/t.npz: not a readable .npz archive" in capsys.readouterr().err
+
+
+def test_a_kit_answer_names_the_recomputed_value_and_a_dangling_one_fails() -> None:
+    """A-108 (the paper's unnamed corpus, not run here) carries the kit corpus's recomputed
+    rate in its note; a kit_answer naming a claim no ledger holds is a failed check."""
+    from kit.claims.verify import link_kit_answers
+
+    def outcome(study: str, claim: str, recomputed: str, status: str) -> Outcome:
+        return Outcome(claim=claim, study=study, substrate="-", section="", statement="",
+                       published="", recomputed=recomputed, rule="-", status=status,
+                       note="unnamed")
+
+    ledgers = [{"study": "drift", "claims": [
+        {"id": "A-108", "kit_answer": {"study": "corpus", "claim": "C-006", "scope": "its rate"}},
+        {"id": "A-109", "kit_answer": {"study": "corpus", "claim": "C-999", "scope": "nothing"}}]}]
+    outcomes = [outcome("drift", "A-108", "-", "not run here"),
+                outcome("drift", "A-109", "-", "not run here"),
+                outcome("corpus", "C-006", "0.75", "described")]
+    problems: list[str] = []
+    linked = link_kit_answers(ledgers, outcomes, problems)
+    assert linked[0].note == ("unnamed; answered on the kit's own material by corpus C-006 "
+                              "= 0.75 (described): its rate")
+    assert linked[1].note == "unnamed"
+    assert problems == ["claims/drift.yaml: A-109's kit_answer names corpus C-999, which no "
+                        "ledger holds"]
+    shipped = subprocess.run([sys.executable, "-m", "kit", "verify"], capture_output=True,
+                             text=True, cwd=ROOT, check=False).stdout
+    row = next(line for line in shipped.splitlines() if line.startswith("A-108 "))
+    assert "answered on the kit's own material by corpus C-006 = " in row
