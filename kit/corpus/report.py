@@ -5,8 +5,9 @@
   fixed releases' envelope, the releases that deviate but are not declared (and the
   reverse), Polygraphy's verdict, the ground-truth node;
 - the deviation map (``deviation-map.png``): case (rows) x release (columns), colour
-  log10 d at the case's level (white where a release matches the reference exactly, black
-  where it could not load or run the model), declared affected releases outlined;
+  log10 d at the case's level (white where a release matches the reference exactly, magenta
+  marked "inf" where d is infinite: a wrong shape or a NaN; black where the release could not
+  load or run the model), declared affected releases outlined;
 - ``index.html`` with both, and the issue-level rate beside the paper's 10/14.
 """
 
@@ -58,20 +59,24 @@ def deviation_map(evidence: dict[str, Any], out: Path) -> str:
     for i, case in enumerate(cases):
         for j, release in enumerate(releases):
             d = case["deviations"].get(release, {}).get(case["level"])
-            grid[i, j] = -12.0 if d == 0 else np.log10(d) if d is not None else np.nan
+            grid[i, j] = np.nan if d is None else -99.0 if d == 0 else 99.0 \
+                if math.isinf(d) else np.log10(d)
     fig, ax = plt.subplots(figsize=(0.45 * len(releases) + 3, 0.45 * len(cases) + 2))
-    cmap = plt.get_cmap("viridis").with_extremes(bad="black")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="black", under="white", over="magenta")
     masked = np.ma.masked_invalid(grid)  # type: ignore[no-untyped-call]
     image = ax.imshow(masked, cmap=cmap, vmin=-8, vmax=1, aspect="auto")
     for i, case in enumerate(cases):
         for j, release in enumerate(releases):
+            if grid[i, j] == 99.0:
+                ax.text(j, i, "inf", ha="center", va="center", fontsize=6)
             if release in case["affected"]:
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
                                            edgecolor="red", linewidth=1.2))
     ax.set_xticks(range(len(releases)), releases, rotation=90, fontsize=7)
     ax.set_yticks(range(len(cases)), [f"{c['id']} ({c['level']})" for c in cases], fontsize=7)
     ax.set_title("log10 max |output - reference| per release (red: declared affected; "
-                 "black: did not load or run)", fontsize=8)
+                 "white: exact; magenta: inf, a wrong shape or NaN; black: did not load or run)",
+                 fontsize=8)
     fig.colorbar(image, ax=ax, label="log10 d")
     fig.tight_layout()
     save_png(fig, out / "deviation-map.png")

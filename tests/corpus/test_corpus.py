@@ -141,3 +141,24 @@ def test_bad_names_are_refused_before_any_job(tmp_path: Path,
     assert "release(s) 1.99.0 not in the corpus's releases" in capsys.readouterr().err
     assert main(["corpus", "--run", str(tmp_path / "run"), "--cases", "nope"]) == 2
     assert not (tmp_path / "run" / "cases").exists()
+
+
+def test_the_deviation_map_keeps_infinite_apart_from_not_run(tmp_path: Path) -> None:
+    """An infinite d (wrong shape, NaN) is magenta, an exact match white, a release that did
+    not run black: three different colours, never one for two meanings."""
+    import numpy as np
+    from PIL import Image
+
+    from kit.corpus.report import deviation_map
+
+    case = {"id": "c", "level": "disable_all", "affected": ["1.15.1"],
+            "deviations": {"1.15.1": {"disable_all": math.inf},
+                           "1.16.3": {"disable_all": 0.0},
+                           "1.17.3": {"disable_all": None}}}
+    deviation_map({"releases": ["1.15.1", "1.16.3", "1.17.3"], "cases": [case]}, tmp_path)
+    pixels = np.asarray(Image.open(tmp_path / "deviation-map.png").convert("RGB")).reshape(-1, 3)
+    def count(colour: tuple[int, int, int]) -> int:
+        return int((pixels == colour).all(axis=1).sum())
+
+    assert count((255, 0, 255)) > 100  # the infinite cell, whole
+    assert count((0, 0, 0)) > 100  # the release that did not run
