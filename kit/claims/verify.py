@@ -291,18 +291,9 @@ def count_statuses(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
                     for s in STATUSES} for study in studies}
 
 
-def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: bool = False,
-           expect_root: str | None = None, page: Path | None = None) -> int:
-    """Every check; returns the exit code (0 only with no ``differs`` and no failed check;
-    with ``strict_findings`` also none ``direction reversed``; with ``expect_root`` the
-    root digest must equal it)."""
-    start = time.monotonic()
-    clear_cache()
-    ledger_paths = sorted((root / "claims").glob("*.yaml"))
-    if not ledger_paths:
-        print(f"verify: no ledger in {root / 'claims'}", file=sys.stderr)
-        return 1
-    problems: list[str] = []
+def evaluate_all(root: Path, ledger_paths: list[Path], problems: list[str]) -> list[Outcome]:
+    """Loads every ledger, runs the file and schema checks and recomputes every claim;
+    what fails is appended to ``problems``."""
     ledgers = []
     for path in ledger_paths:
         try:
@@ -319,7 +310,22 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
             outcomes += evaluate(ledger, root, problems)
         except KitError as exc:
             problems.append(str(exc))
-    outcomes = link_kit_answers(ledgers, outcomes, problems)
+    return link_kit_answers(ledgers, outcomes, problems)
+
+
+def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: bool = False,
+           expect_root: str | None = None, page: Path | None = None) -> int:
+    """Every check; returns the exit code (0 only with no ``differs`` and no failed check;
+    with ``strict_findings`` also none ``direction reversed``; with ``expect_root`` the
+    root digest must equal it)."""
+    start = time.monotonic()
+    clear_cache()
+    ledger_paths = sorted((root / "claims").glob("*.yaml"))
+    if not ledger_paths:
+        print(f"verify: no ledger in {root / 'claims'}", file=sys.stderr)
+        return 1
+    problems: list[str] = []
+    outcomes = evaluate_all(root, ledger_paths, problems)
     digest = root_digest(root)
     if expect_root is not None and expect_root.lower() != digest:
         problems.append(f"root digest {digest} differs from the expected {expect_root}")
