@@ -33,7 +33,8 @@ CASE = Case(
           "28757); the nearest-pixel rounding of onnxruntime/core/providers/cpu/tensor/"
           "upsamplebase.h is where the probe places it (unconfirmed)",
     build=build, note="tracker: fixed in 1.27.0; the whole batch has a fixed size (sizes "
-                      "names it), so the worker runs it in one call; not embeddable in the digits CNNs: their "
+                      "names it), so the worker runs it in one call; not embeddable in the digits "
+                      "CNNs: their "
                       "feature maps are 32, 16, 8 and 4 wide, so every Resize between them has a "
                       "scale exact in binary, where the tie is computed exactly (probed: 32 to "
                       "6, 10, 12, 20, 24 and 28, by scales or sizes, bit-identical on 1.26.0 and "
