@@ -98,8 +98,20 @@ def corpus(session: nox.Session) -> None:
     """Real-defect corpus (python -m kit corpus): every case of kit/corpus/cases under every
     release of kit/protocols/corpus.yaml at both levels, into runs/corpus; builds each
     release's environment from its committed lock on demand. Options: -- --cases ID ...,
-    --releases R ..., --workers N, --scheduler tcp://HOST:PORT."""
+    --releases R ..., --workers N, --scheduler tcp://HOST:PORT. Without options it then runs
+    the detector study (python -m kit corpus-detectors, into runs/corpus-detectors)."""
     session.run(_python(), "-m", "kit", "corpus", *session.posargs, external=True)
+    if not session.posargs:
+        session.run(_python(), "-m", "kit", "corpus-detectors", external=True)
+
+
+@nox.session(name="corpus-detectors")
+def corpus_detectors(session: nox.Session) -> None:
+    """The corpus's detector study (python -m kit corpus-detectors): the CNN-op cases of
+    kit/protocols/corpus-detectors.yaml in the digits models (trained first when not
+    cached), into runs/corpus-detectors. Options: -- --cases ID ..., --workers N,
+    --scheduler tcp://HOST:PORT."""
+    session.run(_python(), "-m", "kit", "corpus-detectors", *session.posargs, external=True)
 
 
 @nox.session

@@ -11,6 +11,7 @@
     bench      infer's wall time against its floor and the nested bootstrap's engine
     sweep      the real-drift sweep (every release x level x threads)
     corpus     the real-defect corpus (named onnxruntime CPU defects under every release)
+    corpus-detectors  the corpus's detector study (its CNN-op cases in the digits models)
 """
 
 from __future__ import annotations
@@ -156,6 +157,15 @@ def _add_corpus_commands(add: Add) -> None:
                         help="run only these cases (default: every case of kit/corpus/cases)")
     corpus.add_argument("--backend", choices=["docker", "venv"])
     _add_scale_options(corpus)
+    study = add("corpus-detectors", help="the corpus's detector study: its CNN-op cases in the "
+                                         "digits models (kit/protocols/corpus-detectors.yaml)")
+    study.add_argument("--run", type=Path, help="run folder (default runs/corpus-detectors)")
+    study.add_argument("--cases", nargs="+", metavar="CASE",
+                       help="run only these cases (default: every case of the protocol)")
+    study.add_argument("--protocol", type=Path,
+                       help="drift protocol YAML for fetch and split (default: the frozen one)")
+    study.add_argument("--backend", choices=["docker", "venv"])
+    _add_scale_options(study)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -314,6 +324,20 @@ def _corpus(args: argparse.Namespace) -> int:
     return 0
 
 
+def _corpus_detectors(args: argparse.Namespace) -> int:
+    from kit.corpus.detectors import run_detectors
+    from kit.drift.protocol import PROTOCOL
+    from kit.paths import ROOT
+    from kit.runtime.scale import check_options
+
+    check_options(args.scheduler, args.workers)
+    folder = args.run or ROOT / "runs" / "corpus-detectors"
+    run_detectors(folder, drift_protocol=args.protocol or PROTOCOL, cases=args.cases,
+                  backend=args.backend, scheduler=args.scheduler, workers=args.workers)
+    print(folder)
+    return 0
+
+
 def _polygraphy(args: argparse.Namespace) -> int:
     from kit.drift.polygraphy_check import write_fault_matrix
     from kit.paths import ROOT
@@ -343,7 +367,8 @@ def _ship(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run, "images": _images, "stage": _stage, "reproduce": _stage, "verify": _verify,
     "sciml": _sciml, "sciml-report": _sciml_report, "sweep": _sweep,
-    "polygraphy": _polygraphy, "bench": _bench, "ship": _ship, "corpus": _corpus}
+    "polygraphy": _polygraphy, "bench": _bench, "ship": _ship, "corpus": _corpus,
+    "corpus-detectors": _corpus_detectors}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,6 +45,7 @@ from typing import Any
 from kit import schema
 from kit.claims.values import Value
 from kit.corpus.recompute import RECOMPUTE_CORPUS, CorpusEvidence
+from kit.corpus.recompute_detectors import RECOMPUTE_DETECTORS
 from kit.drift.recompute import RECOMPUTE
 from kit.drift.recompute_realdrift import RECOMPUTE_REALDRIFT, SweepEvidence
 from kit.drift.shipped import Evidence
@@ -52,8 +53,10 @@ from kit.errors import KitError
 from kit.files import read_yaml
 from kit.sciml.recompute import RECOMPUTE_SCIML, SciEvidence
 
-FUNCTIONS = {**RECOMPUTE, **RECOMPUTE_SCIML, **RECOMPUTE_REALDRIFT, **RECOMPUTE_CORPUS}
-# Per study: how its evidence folder is read, and the file whose presence means "run here".
+FUNCTIONS = {**RECOMPUTE, **RECOMPUTE_SCIML, **RECOMPUTE_REALDRIFT, **RECOMPUTE_CORPUS,
+             **RECOMPUTE_DETECTORS}
+# Per study: how its evidence folder is read, and the file whose presence means "run here"
+# (a substrate may name its own ``marker``).
 STUDIES: dict[str, tuple[type[Evidence] | type[SciEvidence] | type[SweepEvidence]
                          | type[CorpusEvidence], str]] = {
     "drift": (Evidence, "score/score.json"), "sciml": (SciEvidence, "ledger.json"),
@@ -293,7 +296,7 @@ def evaluate(ledger: dict[str, Any], root: Path, problems: list[str] | None = No
             folder = root / spec["evidence"]
             where: dict[str, Any] = {"substrate": substrate,
                                      "evidence_folder": spec["evidence"]}
-            if not (folder / marker).is_file():
+            if not (folder / spec.get("marker", marker)).is_file():
                 outcomes.append(Outcome(**base, **where, recomputed="-", rule=rule["rule"],
                                         status="not run here",
                                         note=f"no {substrate} evidence in {spec['evidence']}"))

@@ -141,6 +141,10 @@ def _used_trajectories(record: Path, index_path: Path, index: dict[str, Any]) ->
 REALDRIFT_SHIPPED = ("sweep/sweep.json", "sweep/cells.json", "sweep/levels.json",
                      "fetch/fetch.json", "split/split.json")
 REALDRIFT_OPTIONAL = ("sweep/polygraphy/fault-matrix.json",)
+# The detector study: its records and each host's evidence arrays (hosts.json lists them);
+# models, images and raw job outputs stay in the run folder, listed by its run manifest.
+DETECTORS_SHIPPED = ("detectors/detectors.json", "detectors/hosts.json", "fetch/fetch.json",
+                     "split/split.json")
 SCIML_SHIPPED = ("ledger.json", "operator_floor.json", "fv_balance.json", "fno.json", "mgn.json",
                  "mgn_faults.json", "second_task.json", "unified.json",
                  "pinn.json")
@@ -150,7 +154,14 @@ def ship(run: Path, study: str = "drift", root: Path = ROOT) -> Path:
     """Copy a finished run's evidence into ``claims/<study>/evidence/<substrate>``
     (a SciML run folder, recognised by its ``ledger.json``, goes to ``claims/sciml``; a
     sweep folder, by its ``sweep/sweep.json``, to ``claims/realdrift``; a corpus folder, by
-    its ``corpus/corpus.json``, to ``claims/corpus``, every file its run manifest lists)."""
+    its ``corpus/corpus.json``, to ``claims/corpus``, every file its run manifest lists; a
+    detector-study folder, by its ``detectors/detectors.json``, to
+    ``claims/corpus/evidence/detectors``)."""
+    if (run / "detectors" / "detectors.json").is_file():
+        hosts = read_json(run / "detectors" / "hosts.json")["hosts"]
+        names = [*DETECTORS_SHIPPED, *(row["evidence"] for row in hosts if row["hosted"])]
+        return _ship_files(run, root / "claims" / "corpus" / "evidence" / "detectors", names,
+                           root)
     if (run / "corpus" / "corpus.json").is_file():
         listed = read_json(run / MANIFEST)["files"]
         return _ship_files(run, root / "claims" / "corpus" / "evidence" / "kit", sorted(listed),

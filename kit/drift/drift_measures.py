@@ -23,7 +23,12 @@ from typing import Any
 import numpy as np
 
 from kit.drift.bootstrap import draw_counts
-from kit.drift.calibrate import resampled_thresholds, threshold
+from kit.drift.calibrate import (
+    matched_threshold,
+    resampled_matched_thresholds,
+    resampled_thresholds,
+    threshold,
+)
 from kit.drift.detectors import DETECTORS, Scores, score_block
 
 Array = np.ndarray[Any, Any]
@@ -89,8 +94,10 @@ class Calibration:
 
 
 def calibrate(pair_scores: Scores, quantile: float, replicates: int, seed: int,
-              n_held: int) -> Calibration:
-    """Thresholds on the pair's clean calibration scores, fixed and per replicate."""
+              n_held: int, fpr: float | None = None) -> Calibration:
+    """Thresholds on the pair's clean calibration scores, fixed and per replicate: the
+    paper's rule at ``quantile``, or with ``fpr`` the matched rule (linear ``1 - fpr``
+    percentile, ``kit.drift.calibrate.matched_threshold``)."""
     rng = np.random.default_rng(seed)
     n_cal = len(pair_scores.direct)
     cal_counts = draw_counts(rng, n_cal, replicates)
@@ -99,23 +106,38 @@ def calibrate(pair_scores: Scores, quantile: float, replicates: int, seed: int,
     for name in DETECTORS:
         values = pair_scores.detector(name)
         order = np.argsort(values, kind="stable")
-        fixed[name] = threshold(values, quantile)
-        per_replicate[name] = resampled_thresholds(values[order], cal_counts[:, order], quantile)
+        if fpr is None:
+            fixed[name] = threshold(values, quantile)
+            per_replicate[name] = resampled_thresholds(values[order], cal_counts[:, order],
+                                                       quantile)
+        else:
+            fixed[name] = matched_threshold(values, fpr)
+            per_replicate[name] = resampled_matched_thresholds(values[order],
+                                                               cal_counts[:, order], fpr)
     return Calibration(fixed, per_replicate, held_counts)
+
+
+def replicate_rates(values: Array, calibration: Calibration, name: str) -> Array:
+    """(R,) alarm rate of one detector's held-out scores in every nested replicate."""
+    replicate = values[None, :] > calibration.replicate_thresholds[name][:, None]
+    return np.asarray((calibration.held_counts * replicate).sum(axis=1) / len(values))
+
+
+def percentile_interval(rates: Array, interval: float) -> list[float]:
+    """The central ``interval`` percentile interval of replicate values."""
+    tail = (1 - interval) / 2
+    return [float(np.quantile(rates, tail)), float(np.quantile(rates, 1 - tail))]
 
 
 def alarm_rates(cell_scores: Scores, calibration: Calibration, interval: float
                 ) -> dict[str, dict[str, Any]]:
     """Each detector's alarm rate on the cell's held-out images, with its nested interval."""
     out = {}
-    tail = (1 - interval) / 2
     for name in DETECTORS:
         values = cell_scores.detector(name)
         alarms = values > calibration.thresholds[name]
-        replicate = values[None, :] > calibration.replicate_thresholds[name][:, None]
-        rates = (calibration.held_counts * replicate).sum(axis=1) / len(values)
+        rates = replicate_rates(values, calibration, name)
         out[name] = {"alarms": int(alarms.sum()), "n": len(values),
                      "rate": float(alarms.mean()),
-                     "interval": [float(np.quantile(rates, tail)),
-                                  float(np.quantile(rates, 1 - tail))]}
+                     "interval": percentile_interval(rates, interval)}
     return out

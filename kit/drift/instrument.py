@@ -47,35 +47,55 @@ def _channels(model: onnx.ModelProto, weight: str) -> int:
     return int(init.dims[0])
 
 
-def instrument(source: Path, target: Path, max_values: int = 64) -> list[str]:
-    """Write ``source`` plus one ``sketch/<i>`` output per Conv to ``target``."""
+def instrument(source: Path, target: Path, max_values: int = 64,
+               extra: dict[str, tuple[str, int]] | None = None) -> list[str]:
+    """Write ``source`` plus one ``sketch/<i>`` output per Conv to ``target``; ``extra``
+    adds a sketch output per named tensor (output name -> (tensor, channels))."""
     model = onnx.load(str(source))
     graph = model.graph
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
     names = []
     for layer in conv_layers(model):
         node = next(n for n in graph.node if n.name == layer.node)
-        x, tag = node.output[0], f"{PREFIX}{layer.index}"
-        matrix = group_matrix(_channels(model, layer.weight), max_values // 3)
-        graph.initializer.append(numpy_helper.from_array(matrix, f"{tag}/groups"))
-        graph.node.extend([
-            helper.make_node("ReduceMean", [x], [f"{tag}/mean4"], axes=[2, 3], keepdims=1),
-            helper.make_node("Sub", [x, f"{tag}/mean4"], [f"{tag}/centred"]),
-            helper.make_node("Mul", [f"{tag}/centred", f"{tag}/centred"], [f"{tag}/sq"]),
-            helper.make_node("ReduceMean", [f"{tag}/sq"], [f"{tag}/var"], axes=[2, 3],
-                             keepdims=0),
-            helper.make_node("Sqrt", [f"{tag}/var"], [f"{tag}/std"]),
-            helper.make_node("ReduceMean", [x], [f"{tag}/mean"], axes=[2, 3], keepdims=0),
-            helper.make_node("Abs", [x], [f"{tag}/abs"]),
-            helper.make_node("ReduceMax", [f"{tag}/abs"], [f"{tag}/maxabs"], axes=[2, 3],
-                             keepdims=0),
-            *[helper.make_node("MatMul", [f"{tag}/{s}", f"{tag}/groups"], [f"{tag}/{s}_g"])
-              for s in ("mean", "std", "maxabs")],
-            helper.make_node("Concat", [f"{tag}/mean_g", f"{tag}/std_g", f"{tag}/maxabs_g"],
-                             [tag], axis=1),
-        ])
-        graph.output.append(helper.make_tensor_value_info(
-            tag, TensorProto.FLOAT, ["batch", 3 * matrix.shape[1]]))
+        tag = f"{PREFIX}{layer.index}"
+        _sketch(graph, node.output[0], tag, _channels(model, layer.weight), max_values, opset)
+        names.append(tag)
+    for tag, (tensor, channels) in (extra or {}).items():
+        _sketch(graph, tensor, tag, channels, max_values, opset)
         names.append(tag)
     onnx.checker.check_model(model)
     write_atomic(target, model.SerializeToString())
     return names
+
+
+def _sketch(graph: onnx.GraphProto, x: str, tag: str, channels: int, max_values: int,
+            opset: int) -> None:
+    """Append the sketch nodes of tensor ``x`` (N, C, H, W) and the output ``tag``
+    (reductions take their axes as an input from opset 18 on)."""
+    matrix = group_matrix(channels, max_values // 3)
+    graph.initializer.append(numpy_helper.from_array(matrix, f"{tag}/groups"))
+
+    def reduce(op: str, source: str, out: str, keepdims: int) -> onnx.NodeProto:
+        if opset < 18:
+            return helper.make_node(op, [source], [out], axes=[2, 3], keepdims=keepdims)
+        return helper.make_node(op, [source, f"{tag}/axes"], [out], keepdims=keepdims)
+
+    if opset >= 18:
+        graph.initializer.append(numpy_helper.from_array(np.array([2, 3], np.int64),
+                                                         f"{tag}/axes"))
+    graph.node.extend([
+        reduce("ReduceMean", x, f"{tag}/mean4", 1),
+        helper.make_node("Sub", [x, f"{tag}/mean4"], [f"{tag}/centred"]),
+        helper.make_node("Mul", [f"{tag}/centred", f"{tag}/centred"], [f"{tag}/sq"]),
+        reduce("ReduceMean", f"{tag}/sq", f"{tag}/var", 0),
+        helper.make_node("Sqrt", [f"{tag}/var"], [f"{tag}/std"]),
+        reduce("ReduceMean", x, f"{tag}/mean", 0),
+        helper.make_node("Abs", [x], [f"{tag}/abs"]),
+        reduce("ReduceMax", f"{tag}/abs", f"{tag}/maxabs", 0),
+        *[helper.make_node("MatMul", [f"{tag}/{s}", f"{tag}/groups"], [f"{tag}/{s}_g"])
+          for s in ("mean", "std", "maxabs")],
+        helper.make_node("Concat", [f"{tag}/mean_g", f"{tag}/std_g", f"{tag}/maxabs_g"],
+                         [tag], axis=1),
+    ])
+    graph.output.append(helper.make_tensor_value_info(
+        tag, TensorProto.FLOAT, ["batch", 3 * matrix.shape[1]]))

@@ -1,0 +1,86 @@
+"""The detector study's report (``<run>/report/``, outside the run manifest), from
+``detectors/hosts.json``:
+
+- the per-host table (``detectors.md``/``.csv``): case, model, placement, pair, the host's
+  clean accuracy, the release control, max |d logit| and flips of the positive cell, each
+  detector's TPR and realised FPR at matched FPR (Polygraphy's uncalibrated), the paired
+  direct-minus-metamorphic interval, the weakest positive's score over each threshold,
+  localisation top-1 per localiser;
+- the figure (``detectors-tpr.png``): per host, every detector's TPR (bar, nested 95%
+  interval as a whisker) with its realised FPR marked on the bar;
+- ``detectors.html`` with both; the cases no model hosts, with the reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kit.files import read_json, write_atomic
+from kit.reporting import csv_text, html_page, markdown, pyplot, save_png
+
+SHOWN = ("direct", "metamorphic", "maximum", "mixed", "polygraphy")
+HEADER = ["case", "model", "placement", "affected / fixed", "accuracy", "release control",
+          "max d", "flips", *[f"{d} TPR / FPR" for d in SHOWN], "direct - metamorphic (95%)",
+          "weakest positive / threshold: direct / metamorphic / maximum / mixed",
+          "top-1 direct / metamorphic / maximum"]
+
+
+def _host_row(row: dict[str, Any]) -> list[str]:
+    pair = f"{row['pair']['affected']} / {row['pair']['fixed']}"
+    if not row["hosted"]:
+        return [row["case"], row["model"], f"not hosted: {row['placement']}", pair,
+                *["-"] * (len(HEADER) - 4)]
+    det, loc = row["detection"], row["localisation"]
+    diff = det["direct_minus_metamorphic"]
+    return [row["case"], row["model"], row["placement"], pair, f"{row['accuracy']:.3f}",
+            f"{row['release_control']:.3g}", f"{row['max_abs_logit']:.3g}", str(row["flips"]),
+            *[f"{det[d]['tpr']['rate']:.3f} / {det[d]['fpr']['rate']:.3f}" for d in SHOWN],
+            f"{diff['value']:.3f} [{diff['interval'][0]:.3f}, {diff['interval'][1]:.3f}]",
+            " / ".join(f"{det[d]['margin']:.3g}" for d in SHOWN[:4]),
+            " / ".join(f"{loc[k]['top1']:.2f}" for k in ("direct", "metamorphic", "maximum"))]
+
+
+def tpr_figure(hosts: list[dict[str, Any]], out: Path) -> str:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(1.1 * max(len(hosts), 1) + 2.5, 4))
+    width = 0.8 / len(SHOWN)
+    for i, name in enumerate(SHOWN):
+        x = np.arange(len(hosts)) + (i - (len(SHOWN) - 1) / 2) * width
+        tpr = [h["detection"][name]["tpr"] for h in hosts]
+        rates = np.array([t["rate"] for t in tpr])
+        below = [float(r - t["interval"][0]) for r, t in zip(rates, tpr, strict=True)]
+        above = [float(t["interval"][1] - r) for r, t in zip(rates, tpr, strict=True)]
+        ax.bar(x, rates, width, yerr=[below, above], capsize=2, label=name)
+        ax.scatter(x, [h["detection"][name]["fpr"]["rate"] for h in hosts], marker="_",
+                   color="black", s=60, zorder=3)
+    ax.set_xticks(range(len(hosts)), [f"{h['case']}\n{h['model']}" for h in hosts],
+                  rotation=60, ha="right", fontsize=7)
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("TPR (dash: realised FPR)")
+    ax.set_title("Real defects in the digits models: TPR per detector (Polygraphy uncalibrated)",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    save_png(fig, out / "detectors-tpr.png")
+    return "detectors-tpr.png"
+
+
+def write_detector_report(run: Path) -> Path:
+    """Write the study's report pages into ``<run>/report/``; returns the page."""
+    evidence = read_json(run / "detectors" / "hosts.json")
+    out = run / "report"
+    rows = [_host_row(row) for row in evidence["hosts"]]
+    write_atomic(out / "detectors.md", markdown(HEADER, rows).encode())
+    write_atomic(out / "detectors.csv", csv_text(HEADER, rows).encode())
+    figure = tpr_figure([row for row in evidence["hosts"] if row["hosted"]], out)
+    provenance = {"hosts": sum(1 for row in evidence["hosts"] if row["hosted"]),
+                  "not hosted": evidence["not_hosted"], "polygraphy": evidence["polygraphy"],
+                  "protocol sha256": evidence["protocol_sha256"]}
+    page = html_page("Corpus detector study", "Real defects in the digits models: detectors "
+                     "at matched FPR and localisation", provenance, {"Hosts": (HEADER, rows)},
+                     [figure])
+    write_atomic(out / "detectors.html", page.encode())
+    return out / "detectors.html"
