@@ -19,11 +19,13 @@ from typing import Any
 from kit.claims.values import Value
 from kit.corpus import rule
 from kit.corpus.case import LEVELS
+from kit.corpus.crashes import decide_crash, finite_scale
 from kit.errors import KitError
 from kit.files import load_npz, read_json
 from kit.stats import wilson
 
 CASES_JSON = "corpus/cases.json"
+CRASHES_JSON = "corpus/crashes.json"
 
 
 class CorpusEvidence:
@@ -47,11 +49,39 @@ class CorpusEvidence:
         """Per case id: its entry with deviations and decision recomputed from the outputs."""
         return {case["id"]: self._recompute(case) for case in self.record["cases"]}
 
+    @cached_property
+    def crashes(self) -> dict[str, dict[str, Any]]:
+        """Per crash-only case: its decision recomputed from the outputs that exist."""
+        path = self.root / CRASHES_JSON
+        if not path.is_file():
+            raise KitError(f"{path}: evidence file missing")
+        found = read_json(path)
+        if not isinstance(found, dict) or not isinstance(found.get("crashes"), list):
+            raise KitError(f"{path}: no 'crashes' list")
+        out = {}
+        for case in found["crashes"]:
+            reference = load_npz(self.root / "cases" / case["id"] / "reference.npz")
+            deviations = self._deviations(case, found["releases"], reference)
+            out[case["id"]] = decide_crash(case, deviations,
+                                           rule.RELATIVE_TOLERANCE * finite_scale(reference))
+        return out
+
     def _recompute(self, case: dict[str, Any]) -> dict[str, Any]:
         folder = self.root / "cases" / case["id"]
         reference = load_npz(folder / "reference.npz")
+        deviations = self._deviations(case, self.record["releases"], reference)
+        decision = rule.decide(case, deviations, rule.scale(reference))
+        ran = [r for r in deviations if deviations[r][case["level"]] is not None]
+        return {**case, "deviations": deviations, "decision": decision,
+                "range": rule.range_mismatch(case, decision, ran)}
+
+    def _deviations(self, case: dict[str, Any], releases: list[str],
+                    reference: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+        """d per release and level from the outputs; a missing output must have its error
+        recorded."""
+        folder = self.root / "cases" / case["id"]
         deviations: dict[str, dict[str, float | None]] = {}
-        for release in self.record["releases"]:
+        for release in releases:
             deviations[release] = {}
             for level in LEVELS:
                 path = folder / "outputs" / release / f"{level}.npz"
@@ -60,10 +90,7 @@ class CorpusEvidence:
                     raise KitError(f"{path}: missing, and {CASES_JSON} records no error for it")
                 deviations[release][level] = rule.deviation(load_npz(path), reference, str(path)) \
                     if loaded else None
-        decision = rule.decide(case, deviations, rule.scale(reference))
-        ran = [r for r in deviations if deviations[r][case["level"]] is not None]
-        return {**case, "deviations": deviations, "decision": decision,
-                "range": rule.range_mismatch(case, decision, ran)}
+        return deviations
 
     def reproduced(self) -> list[str]:
         return [i for i, c in self.decisions.items() if c["decision"]["reproduced"]]
@@ -112,6 +139,18 @@ def rate(ev: CorpusEvidence, stat: str = "value") -> Value:
     return found[stat]
 
 
+def crashes_as_declared(ev: CorpusEvidence, stat: str = "as_declared") -> int:
+    """Crash-only cases (never in the rate): how many are listed (``listed``), and how many
+    fail on exactly their declared affected releases and run right on the fixed ones
+    (``as_declared``), recomputed from the outputs."""
+    found = ev.crashes
+    counts = {"listed": len(found), "as_declared": sum(1 for d in found.values()
+                                                       if d["reproduced"])}
+    if stat not in counts:
+        raise KitError(f"unknown crash statistic {stat!r}")
+    return counts[stat]
+
+
 def case_reproduced(ev: CorpusEvidence, case: str) -> bool:
     """Whether one named case reproduces (recomputed)."""
     if case not in ev.decisions:
@@ -135,4 +174,5 @@ def largest_deviation(ev: CorpusEvidence, case: str) -> float:
 RECOMPUTE_CORPUS: dict[str, Callable[..., Value]] = {
     f"corpus.{f.__name__}": f for f in (
         k1_every_case_reproduces, k2_ranges_as_declared, k3_rate_at_least_paper,
-        k4_kernel_defects, k5_polygraphy_flags_all, rate, case_reproduced, largest_deviation)}
+        k4_kernel_defects, k5_polygraphy_flags_all, rate, case_reproduced, largest_deviation,
+        crashes_as_declared)}

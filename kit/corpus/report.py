@@ -8,7 +8,10 @@
   log10 d at the case's level (white where a release matches the reference exactly, magenta
   marked "inf" where d is infinite: a wrong shape or a NaN; black where the release could not
   load or run the model), declared affected releases outlined;
-- ``index.html`` with both, and the issue-level rate beside the paper's 10/14.
+- the crash-only table (``crashes.md``/``.csv``, from ``corpus/crashes.json``): each case's
+  issue, declared affected and fixed releases, the releases where it failed to run, whether
+  that is as declared, and the first line of the error; never counted in the rate;
+- ``index.html`` with all of them, and the issue-level rate beside the paper's 10/14.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import numpy as np
 from kit.files import read_json, write_atomic
 from kit.reporting import csv_text, html_page, markdown, pyplot, save_png
 
+CRASH_HEADER = ["case", "issue", "op", "level", "affected", "fixed", "fails on", "as declared",
+                "error (first affected release)"]
 HEADER = ["case", "issue", "pr", "op", "level", "affected", "fixed", "reproduced",
           "max d affected", "envelope", "extra", "missing", "polygraphy", "ground truth"]
 
@@ -49,6 +54,18 @@ def table_rows(evidence: dict[str, Any]) -> list[list[str]]:
                      ", ".join(case["range"]["missing"]) or "-",
                      "-" if poly is None else "mismatch" if poly["mismatch"] else "passes",
                      ", ".join(case["ground_truth"])])
+    return rows
+
+
+def crash_rows(crashes: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for case in crashes:
+        first = next((r for r in case["affected"] if r in case["errors"]), None)
+        error = case["errors"][first][case["level"]].splitlines()[0][:160] if first else "-"
+        rows.append([case["id"], str(case["issue"] or "-"), case["op"], case["level"],
+                     _span(case["affected"]), _span(case["fixed"]),
+                     _span(case["decision"]["fails"]) if case["decision"]["fails"] else "-",
+                     "yes" if case["decision"]["reproduced"] else "no", error])
     return rows
 
 
@@ -90,7 +107,7 @@ def write_report(run: Path) -> Path:
     rows = table_rows(evidence)
     write_atomic(out / "cases.md", markdown(HEADER, rows).encode())
     write_atomic(out / "cases.csv", csv_text(HEADER, rows).encode())
-    figure = deviation_map(evidence, out)
+    figures = [deviation_map(evidence, out)] if evidence["cases"] else []
     s = evidence["summary"]
     low, high = s["wilson95"]
     provenance = {"cases": s["listed"], "reproduced": s["reproduced"],
@@ -98,7 +115,13 @@ def write_report(run: Path) -> Path:
                   "paper": f"{s['paper']['reproduced']}/{s['paper']['listed']} (unnamed issues)",
                   "releases": ", ".join(evidence["releases"]),
                   "protocol sha256": evidence["protocol_sha256"]}
+    tables = {"Cases": (HEADER, rows)}
+    if (run / "corpus" / "crashes.json").is_file():
+        crashes = crash_rows(read_json(run / "corpus" / "crashes.json")["crashes"])
+        write_atomic(out / "crashes.md", markdown(CRASH_HEADER, crashes).encode())
+        write_atomic(out / "crashes.csv", csv_text(CRASH_HEADER, crashes).encode())
+        tables["Crash-only defects (not counted in the rate)"] = (CRASH_HEADER, crashes)
     page = html_page("Real-defect corpus", "Real-defect corpus: onnxruntime CPU defects",
-                     provenance, {"Cases": (HEADER, rows)}, [figure])
+                     provenance, tables, figures)
     write_atomic(out / "index.html", page.encode())
     return out / "index.html"

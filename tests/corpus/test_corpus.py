@@ -162,3 +162,47 @@ def test_the_deviation_map_keeps_infinite_apart_from_not_run(tmp_path: Path) -> 
 
     assert count((255, 0, 255)) > 100  # the infinite cell, whole
     assert count((0, 0, 0)) > 100  # the release that did not run
+
+
+def test_a_crash_only_case_goes_to_its_own_table(tmp_path: Path) -> None:
+    """ReduceMax over an empty axis raises on 1.20.1 and runs right on 1.29.0: recorded in
+    corpus/crashes.json (the error without the run folder's path), never among the rate's
+    cases; the recompute side finds the same from which outputs exist."""
+    folder = tmp_path / "run"
+    run_corpus(folder, releases=PAIR, cases=["reducemax-empty-axis"], workers=1)
+    assert read_json(folder / "corpus" / "cases.json")["cases"] == []
+    crash = read_json(folder / "corpus" / "crashes.json")["crashes"][0]
+    assert crash["decision"]["reproduced"] is True
+    assert crash["decision"]["fails"] == ["1.20.1"]
+    error = crash["errors"]["1.20.1"]["disable_all"]
+    assert "<run>" in error
+    assert str(folder) not in error
+    assert "ReduceMax" in error
+    assert crash["deviations"]["1.29.0"]["disable_all"] == 0.0
+    ev = CorpusEvidence(folder)
+    assert ev.crashes["reducemax-empty-axis"]["reproduced"] is True
+    (folder / "cases" / "reducemax-empty-axis" / "outputs" / "1.29.0" / "disable_all.npz"
+     ).unlink()
+    with pytest.raises(KitError, match="records no error"):
+        _ = CorpusEvidence(folder).crashes
+    assert "Crash-only defects" in (folder / "report" / "index.html").read_text()
+
+
+def test_the_crash_rule_needs_the_affected_to_fail_and_the_fixed_to_be_right() -> None:
+    from kit.corpus.crashes import decide_crash
+
+    case = {"level": "disable_all", "affected": ["a"], "fixed": ["b"]}
+    assert decide_crash(case, {"a": {"disable_all": None}, "b": {"disable_all": 0.0}},
+                        1e-4)["reproduced"] is True
+    assert decide_crash(case, {"a": {"disable_all": 0.0}, "b": {"disable_all": 0.0}},
+                        1e-4)["reproduced"] is False
+    assert decide_crash(case, {"a": {"disable_all": None}, "b": {"disable_all": 1.0}},
+                        1e-4)["reproduced"] is False
+    assert decide_crash(case, {"a": {"disable_all": None}, "b": {"disable_all": None}},
+                        1e-4)["reproduced"] is False
+
+
+def test_the_shipped_crash_table() -> None:
+    ev = CorpusEvidence(ROOT / "claims" / "corpus" / "evidence" / "kit")
+    assert RECOMPUTE_CORPUS["corpus.crashes_as_declared"](ev, "listed") == 2
+    assert RECOMPUTE_CORPUS["corpus.crashes_as_declared"](ev) == 2
