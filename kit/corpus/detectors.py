@@ -63,7 +63,7 @@ def cell_of(pair: dict[str, str], cell: str) -> tuple[str, str]:
 
 
 def choose_cases(protocol: dict[str, Any], asked: list[str] | None) -> list[str]:
-    known = [c for c in protocol["cases"] if c not in ("pairs_reason", "not_hosted")]
+    known = [c for c, entry in protocol["cases"].items() if isinstance(entry, dict)]
     unknown = [c for c in asked or [] if c not in known]
     if unknown:
         raise ConfigError(f"{PROTOCOL}: case(s) {', '.join(unknown)} not in the detector "
