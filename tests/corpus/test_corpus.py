@@ -10,7 +10,9 @@ kit.corpus.cases.layernorm_fusion_axis, kit.corpus.cases.resize_nearest_tie,
 kit.corpus.cases.pad_maxpool_fusion, kit.corpus.cases.simplified_layernorm_pow,
 kit.corpus.cases.reduce_noop_empty_axes, kit.corpus.cases.layernorm_large_mean,
 kit.corpus.cases.minmax_nan; the shared
-interval helper kit.stats gives the rate's Wilson interval."""
+interval helper kit.stats gives the rate's Wilson interval. The crash-only table
+(kit.corpus.crashes): one crash case end to end, its rule, its recompute and the shipped
+table."""
 
 from __future__ import annotations
 
