@@ -34,6 +34,12 @@ def csv_text(header: list[str], rows: Rows) -> str:
     return buffer.getvalue()
 
 
+def write_table(out: Path, stem: str, header: list[str], rows: Rows) -> None:
+    """``<out>/<stem>.md`` and ``<stem>.csv`` of one table."""
+    write_atomic(out / f"{stem}.md", markdown(header, rows).encode())
+    write_atomic(out / f"{stem}.csv", csv_text(header, rows).encode())
+
+
 def pyplot() -> Any:
     import matplotlib
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kit.files import read_json, write_atomic
-from kit.reporting import csv_text, html_page, markdown, pyplot, save_png
+from kit.reporting import html_page, pyplot, save_png, write_table
 
 SHOWN = ("direct", "metamorphic", "maximum", "mixed", "polygraphy")
 HEADER = ["case", "model", "placement", "affected / fixed", "accuracy", "release control",
@@ -73,8 +73,7 @@ def write_detector_report(run: Path) -> Path:
     evidence = read_json(run / "detectors" / "hosts.json")
     out = run / "report"
     rows = [_host_row(row) for row in evidence["hosts"]]
-    write_atomic(out / "detectors.md", markdown(HEADER, rows).encode())
-    write_atomic(out / "detectors.csv", csv_text(HEADER, rows).encode())
+    write_table(out, "detectors", HEADER, rows)
     figure = tpr_figure([row for row in evidence["hosts"] if row["hosted"]], out)
     provenance = {"hosts": sum(1 for row in evidence["hosts"] if row["hosted"]),
                   "not hosted": evidence["not_hosted"], "polygraphy": evidence["polygraphy"],

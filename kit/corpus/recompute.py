@@ -34,15 +34,19 @@ class CorpusEvidence:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    @cached_property
-    def record(self) -> dict[str, Any]:
-        path = self.root / CASES_JSON
+    def _listing(self, name: str, key: str) -> dict[str, Any]:
+        """An evidence JSON object with a list under ``key``; KitError naming it otherwise."""
+        path = self.root / name
         if not path.is_file():
             raise KitError(f"{path}: evidence file missing")
         found = read_json(path)
-        if not isinstance(found, dict) or not isinstance(found.get("cases"), list):
-            raise KitError(f"{path}: no 'cases' list")
+        if not isinstance(found, dict) or not isinstance(found.get(key), list):
+            raise KitError(f"{path}: no {key!r} list")
         return found
+
+    @cached_property
+    def record(self) -> dict[str, Any]:
+        return self._listing(CASES_JSON, "cases")
 
     @cached_property
     def decisions(self) -> dict[str, dict[str, Any]]:
@@ -52,12 +56,7 @@ class CorpusEvidence:
     @cached_property
     def crashes(self) -> dict[str, dict[str, Any]]:
         """Per crash-only case: its decision recomputed from the outputs that exist."""
-        path = self.root / CRASHES_JSON
-        if not path.is_file():
-            raise KitError(f"{path}: evidence file missing")
-        found = read_json(path)
-        if not isinstance(found, dict) or not isinstance(found.get("crashes"), list):
-            raise KitError(f"{path}: no 'crashes' list")
+        found = self._listing(CRASHES_JSON, "crashes")
         out = {}
         for case in found["crashes"]:
             reference = load_npz(self.root / "cases" / case["id"] / "reference.npz")

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kit.files import read_json, write_atomic
-from kit.reporting import csv_text, html_page, markdown, pyplot, save_png
+from kit.reporting import html_page, pyplot, save_png, write_table
 
 CRASH_HEADER = ["case", "issue", "op", "level", "affected", "fixed", "fails on", "as declared",
                 "error (first affected release)"]
@@ -105,8 +105,7 @@ def write_report(run: Path) -> Path:
     evidence = read_json(run / "corpus" / "cases.json")
     out = run / "report"
     rows = table_rows(evidence)
-    write_atomic(out / "cases.md", markdown(HEADER, rows).encode())
-    write_atomic(out / "cases.csv", csv_text(HEADER, rows).encode())
+    write_table(out, "cases", HEADER, rows)
     figures = [deviation_map(evidence, out)] if evidence["cases"] else []
     s = evidence["summary"]
     low, high = s["wilson95"]
@@ -118,8 +117,7 @@ def write_report(run: Path) -> Path:
     tables = {"Cases": (HEADER, rows)}
     if (run / "corpus" / "crashes.json").is_file():
         crashes = crash_rows(read_json(run / "corpus" / "crashes.json")["crashes"])
-        write_atomic(out / "crashes.md", markdown(CRASH_HEADER, crashes).encode())
-        write_atomic(out / "crashes.csv", csv_text(CRASH_HEADER, crashes).encode())
+        write_table(out, "crashes", CRASH_HEADER, crashes)
         tables["Crash-only defects (not counted in the rate)"] = (CRASH_HEADER, crashes)
     page = html_page("Real-defect corpus", "Real-defect corpus: onnxruntime CPU defects",
                      provenance, tables, figures)
