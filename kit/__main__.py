@@ -354,7 +354,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _ship(args: argparse.Namespace) -> int:
-    from kit.claims.verify import ship
+    from kit.claims.ship import ship
     from kit.runfolder import default_run
     from kit.runlock import hold
 

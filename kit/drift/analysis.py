@@ -16,13 +16,14 @@ from sklearn.metrics import average_precision_score, roc_auc_score
 
 from kit.drift.calibrate import alarms, matched_threshold, threshold
 from kit.drift.detectors import COLUMN, DETECTORS
+from kit.drift.evidence import ROLE_CODES
 from kit.drift.localise import KINDS, normalisers, summary, true_layer_rank
 
 Array = np.ndarray[Any, Any]
 Table = dict[str, Array]
 CLEAN = -1
-HELDOUT = 1
-CALIBRATION = 0
+HELDOUT = ROLE_CODES["heldout"]
+CALIBRATION = ROLE_CODES["calibration"]
 
 
 def calibration_scores(table: Table, detector: str, model: int) -> Array:

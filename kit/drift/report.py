@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.drift.evidence import ROLE_CODES
 from kit.errors import KitError
 from kit.reporting import html_page, pyplot, save_png
 
@@ -265,7 +266,8 @@ def rotation_figure(sens: dict[str, Any], paper: PaperValues) -> Any:
 
 def geometry_figure(score: dict[str, Any], table: dict[str, Array], paper: PaperValues) -> Any:
     """Figure 4: cosine against cancellation ratio; the title gives both Spearman rhos."""
-    held = (table["role"] == 1) & (table["fault"] >= 0) & np.isfinite(table["cosine"])
+    held = (table["role"] == ROLE_CODES["heldout"]) & (table["fault"] >= 0) \
+        & np.isfinite(table["cosine"])
     fig, ax = pyplot().subplots(figsize=(6, 5))
     ax.scatter(table["cosine"][held], table["ratio"][held], s=3, alpha=0.3, color="#4c72b0")
     ax.set_xlabel("cos(e_o, e_t)")

@@ -50,7 +50,7 @@ from kit.sciml.cards import fixed_tolerance
 from kit.sciml.meshes import HEIGHT, INFLOW, NORMAL, OBSTACLE, WALL
 from kit.sciml.mgn import directed_edges, permute_graph
 from kit.sciml.operator_floor import barycentric_gradients
-from kit.sciml.stats import rate
+from kit.sciml.stats import rate, stat_scores
 
 Array = np.ndarray[Any, Any]
 PERMUTATION_THRESHOLD = fixed_tolerance("mgn-node-permutation")
@@ -357,9 +357,10 @@ def precision_recall(mutants: dict[str, Any], control: list[dict[str, Any]]
     mutant-level recall (mutants detected on at least one trial)."""
     out = {}
     for d in DETECTORS:
-        tp = sum(r["detected"][d] for m in mutants.values() for r in m["trials"])
-        positives = sum(len(m["trials"]) for m in mutants.values())
-        fp = sum(r["detected"][d] for r in control)
+        c = stat_scores([*((r["detected"][d], True) for m in mutants.values()
+                            for r in m["trials"]),
+                         *((r["detected"][d], False) for r in control)])
+        tp, fp, positives = c["true_positives"], c["false_positives"], c["targeted"]
         caught = sum(any(r["detected"][d] for r in m["trials"]) for m in mutants.values())
         out[d] = {"true_positives": tp, "false_positives": fp, "positives": positives,
                   "negatives": len(control),

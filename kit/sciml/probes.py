@@ -44,7 +44,7 @@ from kit.errors import KitError
 from kit.runfolder import Progress
 from kit.sciml import fno, mgn_faults, pinn
 from kit.sciml.solvers import simulate
-from kit.sciml.stats import rate
+from kit.sciml.stats import rate, stat_scores
 
 Array = np.ndarray[Any, Any]
 PERMUTATION_THRESHOLD = mgn_faults.PERMUTATION_THRESHOLD
@@ -226,21 +226,24 @@ def _fno_metrics(model: Any, u0: Array, target: Array, shifts: list[list[int]]
             "conservation": fno.conservation(model, u0, target)["violation"]}
 
 
-def label(probe: dict[str, Any], reference: dict[str, Any]) -> dict[str, bool]:
+def label(probe: dict[str, Any], reference: dict[str, Any],
+          tolerance: float = LABEL_TOLERANCE) -> dict[str, bool]:
     """Which relations a probe breaks: its violation on the reference moves from the
-    reference's own by more than ``LABEL_TOLERANCE`` (largest over held-out cases)."""
+    reference's own by more than ``tolerance`` (``LABEL_TOLERANCE``; largest over held-out
+    cases)."""
     return {d: bool(np.max(np.abs(np.asarray(probe[d]) - np.asarray(reference[d])))
-                    > LABEL_TOLERANCE) for d in probe}
+                    > tolerance) for d in probe}
 
 
-def fires(detector: str, probe: float, control: float) -> bool:
+def fires(detector: str, probe: float, control: float,
+          permutation: float = PERMUTATION_THRESHOLD, ratio: float = RATIO_THRESHOLD) -> bool:
     """One detector on one trial: the exact permutation-class relations against
-    ``PERMUTATION_THRESHOLD``, the others against ``RATIO_THRESHOLD`` x the unmutated
-    subject's violation on the same trial."""
+    ``permutation`` (``PERMUTATION_THRESHOLD``), the others against ``ratio``
+    (``RATIO_THRESHOLD``) x the unmutated subject's violation on the same trial."""
     if detector == "permutation":
-        return bool(probe > PERMUTATION_THRESHOLD)
+        return bool(probe > permutation)
     if control > 0:
-        return bool(probe / control > RATIO_THRESHOLD)
+        return bool(probe / control > ratio)
     return bool(probe > 0)
 
 
@@ -350,13 +353,11 @@ def labelled_precision_recall(entries: list[dict[str, Any]]) -> dict[str, Any]:
     entry-level flags against the labels, with Wilson intervals."""
     out = {}
     for detector in ("permutation", "conservation", "boundary"):
-        rows = [e for e in entries if e["labels"] is not None and detector in e["labels"]]
-        tp = sum(e["flagged"][detector] and e["labels"][detector] for e in rows)
-        fp = sum(e["flagged"][detector] and not e["labels"][detector] for e in rows)
-        targeted = sum(e["labels"][detector] for e in rows)
-        out[detector] = {"entries": len(rows), "targeted": targeted, "true_positives": tp,
-                         "false_positives": fp, "precision": rate(tp, tp + fp),
-                         "recall": rate(tp, targeted)}
+        c = stat_scores((e["flagged"][detector], e["labels"][detector]) for e in entries
+                        if e["labels"] is not None and detector in e["labels"])
+        tp = c["true_positives"]
+        out[detector] = {**c, "precision": rate(tp, tp + c["false_positives"]),
+                         "recall": rate(tp, c["targeted"])}
     return out
 
 

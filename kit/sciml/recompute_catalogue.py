@@ -10,31 +10,39 @@ from typing import Any
 from kit.claims.values import Value
 from kit.errors import KitError
 from kit.sciml import probes
-from kit.sciml.stats import wilson
+from kit.sciml.stats import stat_scores, wilson
 
 
 def _unified(ev: Any) -> list[dict[str, Any]]:
     return ev.json("unified.json")["entries"]  # type: ignore[no-any-return]
 
 
+def _thresholds(ev: Any) -> dict[str, float]:
+    """The thresholds the run recorded with the catalogue (``unified.json``)."""
+    return ev.json("unified.json")["thresholds"]  # type: ignore[no-any-return]
+
+
 def _flags(ev: Any, entry: dict[str, Any]) -> dict[str, bool]:
     """An entry's flags recounted: the MGN mutants from their trials in ``mgn_faults.json``,
-    the probes from each trial's metrics against the unmutated subject's."""
+    the probes from each trial's metrics against the unmutated subject's, at the recorded
+    thresholds."""
     family = entry["family"]
     if family == "mgn":
         trials = ev.json("mgn_faults.json")["mutants"][entry["kind"]]["trials"]
         hits = {d: sum(t["detected"][d] for t in trials) for d in probes.DETECTORS[family]}
     else:
-        trials = entry["trials"]
-        hits = {d: sum(probes.fires(d, t["metrics"][d], t["control"][d]) for t in trials)
+        trials, limits = entry["trials"], _thresholds(ev)
+        hits = {d: sum(probes.fires(d, t["metrics"][d], t["control"][d],
+                                    limits["permutation"], limits["ratio"]) for t in trials)
                 for d in probes.DETECTORS[family]}
     return {d: probes.flagged(k, len(trials)) for d, k in hits.items()}
 
 
-def _labels(entry: dict[str, Any]) -> dict[str, bool] | None:
+def _labels(ev: Any, entry: dict[str, Any]) -> dict[str, bool] | None:
     if entry["family"] == "mgn":
         return None
-    return probes.label(entry["label_metrics"]["probe"], entry["label_metrics"]["reference"])
+    return probes.label(entry["label_metrics"]["probe"], entry["label_metrics"]["reference"],
+                        _thresholds(ev)["label_tolerance"])
 
 
 def unified_size(ev: Any, family: str | None = None) -> Value:
@@ -49,18 +57,10 @@ def unified_size(ev: Any, family: str | None = None) -> Value:
 
 
 def _confusion(ev: Any, detector: str) -> dict[str, int]:
-    tp = fp = targeted = entries = 0
-    for entry in _unified(ev):
-        labels = _labels(entry)
-        if labels is None or detector not in labels:
-            continue
-        hit = _flags(ev, entry)[detector]
-        entries += 1
-        targeted += labels[detector]
-        tp += hit and labels[detector]
-        fp += hit and not labels[detector]
-    return {"entries": entries, "targeted": targeted, "true_positives": tp,
-            "false_positives": fp}
+    labelled = ((entry, _labels(ev, entry)) for entry in _unified(ev))
+    return stat_scores((_flags(ev, entry)[detector], labels[detector])
+                       for entry, labels in labelled
+                       if labels is not None and detector in labels)
 
 
 def unified_pr(ev: Any, detector: str, field: str) -> Value:

@@ -1,10 +1,10 @@
 """Statistics of the SciML claims: Wilson and Clopper-Pearson intervals (``kit.stats``), Wilcoxon
 signed-rank and the percentile bootstrap from scipy; Cliff's delta written out (it is a
-two-line count)."""
+two-line count); the one tally of a detector's flags against labels (``stat_scores``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,7 @@ from kit.stats import clopper_pearson, wilson
 
 Array = np.ndarray[Any, Any]
 __all__ = ["bootstrap_ci", "bootstrap_mean_ci", "cliffs_delta", "clopper_pearson", "rate",
-           "wilcoxon", "wilson"]
+           "stat_scores", "wilcoxon", "wilson"]
 
 
 def rate(hits: int, n: int, count: str = "count", value: bool = True) -> dict[str, Any]:
@@ -26,6 +26,18 @@ def rate(hits: int, n: int, count: str = "count", value: bool = True) -> dict[st
     if value:
         record["value"] = hits / n if n else None
     return record
+
+
+def stat_scores(pairs: Iterable[tuple[bool, bool]]) -> dict[str, int]:
+    """Counts of (flagged, label) pairs: ``entries``, ``targeted`` (label true),
+    ``true_positives`` and ``false_positives``."""
+    counts = {"entries": 0, "targeted": 0, "true_positives": 0, "false_positives": 0}
+    for flagged, label in pairs:
+        counts["entries"] += 1
+        counts["targeted"] += int(bool(label))
+        counts["true_positives"] += int(bool(flagged) and bool(label))
+        counts["false_positives"] += int(bool(flagged) and not label)
+    return counts
 
 
 def wilcoxon(x: Array, y: Array) -> float:

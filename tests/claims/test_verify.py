@@ -4,7 +4,7 @@ the file; replay comparison locates a changed element. Evidence: the tiny run, s
 Also covers ``kit.__main__``, ``kit.claims.coverage``, ``kit.claims.values``,
 ``kit.drift.evidence``, ``kit.drift.recompute``, ``kit.drift.replay``,
 ``kit.drift.shipped``, ``kit.runtime.machine``, ``kit.sciml.recompute``,
-``kit.sciml.recompute_catalogue`` (no test file of their own)."""
+``kit.sciml.recompute_catalogue``, ``kit.claims.ship`` (no test file of their own)."""
 
 from __future__ import annotations
 
@@ -20,15 +20,14 @@ import numpy as np
 import pytest
 import yaml
 
+from kit.claims.coverage import root_digest, write_manifests
 from kit.claims.ledger import Outcome, evaluate, load_ledger
+from kit.claims.ship import ship
 from kit.claims.verify import (
     check_manifests,
     check_trajectories,
-    root_digest,
     run_manifest_problems,
-    ship,
     verify,
-    write_manifests,
 )
 from kit.drift.replay import compare_runs
 from kit.errors import KitError

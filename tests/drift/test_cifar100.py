@@ -26,7 +26,8 @@ import pytest
 import yaml
 
 from kit.claims.ledger import STATUSES, Outcome, _show, call, clear_cache, evaluate, load_ledger
-from kit.claims.verify import check_manifests, ship
+from kit.claims.ship import ship
+from kit.claims.verify import check_manifests
 from kit.drift.assets import PINNED, load_pins
 from kit.drift.protocol import write_small_protocol
 from kit.drift.replay import compare_runs, prepare, write_report

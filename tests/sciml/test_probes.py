@@ -109,7 +109,10 @@ def test_labelled_precision_recall_recount(tmp_path: Path) -> None:
 
     # targeted and caught, targeted and missed, untargeted but flagged (off-target)
     entries = [entry("a", True, 2.0), entry("b", True, 1.0), entry("c", False, 3.0)]
-    (tmp_path / "unified.json").write_text(json.dumps({"entries": entries}))
+    limits = {"label_tolerance": probes.LABEL_TOLERANCE,
+              "permutation": probes.PERMUTATION_THRESHOLD, "ratio": probes.RATIO_THRESHOLD}
+    (tmp_path / "unified.json").write_text(json.dumps({"entries": entries,
+                                                       "thresholds": limits}))
     ev = SciEvidence(tmp_path)
     pr = RECOMPUTE_SCIML["sciml.unified_pr"]
     assert pr(ev, detector="conservation", field="precision") == 0.5
@@ -119,6 +122,13 @@ def test_labelled_precision_recall_recount(tmp_path: Path) -> None:
         pr(ev, detector="permutation", field="precision")
     assert RECOMPUTE_SCIML["sciml.unified_flagged"](ev, detector="conservation") == 2
     assert RECOMPUTE_SCIML["sciml.unified_size"](ev, family="fno") == 3
+    # the recount reads the thresholds the run recorded, not the code's: at ratio 2.5 only
+    # the off-target entry (3.0) still fires
+    (tmp_path / "unified.json").write_text(json.dumps({"entries": entries,
+                                                       "thresholds": {**limits, "ratio": 2.5}}))
+    ev = SciEvidence(tmp_path)
+    assert pr(ev, detector="conservation", field="precision") == 0.0
+    assert RECOMPUTE_SCIML["sciml.unified_flagged"](ev, detector="conservation") == 1
 
 
 def test_mgn_entries_follow_the_catalogue_order_not_the_sorted_record() -> None:
