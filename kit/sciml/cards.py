@@ -46,6 +46,17 @@ def load_cards(folder: Path = CARDS) -> dict[str, dict[str, Any]]:
 
 
 @cache
+def tolerance_fraction(card_id: str, folder: Path = CARDS) -> float:
+    """The fraction of a measured scale that card ``card_id``'s tolerance is
+    (``tolerance.fraction``); ConfigError naming the card when it sets none."""
+    path = folder / f"{card_id}.yaml"
+    value = load_card(path)["tolerance"].get("fraction")
+    if value is None:
+        raise ConfigError(f"{path}: tolerance.fraction is not set")
+    return float(value)
+
+
+@cache
 def fixed_tolerance(card_id: str, folder: Path = CARDS) -> float:
     """The fixed tolerance card ``card_id`` sets (``tolerance.value``); ConfigError naming
     the card when its tolerance is measured per case instead."""

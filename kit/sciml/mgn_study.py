@@ -47,7 +47,7 @@ import numpy as np
 
 from kit.runfolder import Progress
 from kit.sciml import mgn_faults, pinned
-from kit.sciml.cards import fixed_tolerance
+from kit.sciml.cards import fixed_tolerance, tolerance_fraction
 from kit.sciml.cylinder import Flow, trajectory
 from kit.sciml.deepmind import study_trajectory
 from kit.sciml.gate import APPROXIMATE, HOLDS, Evidence, decide
@@ -62,7 +62,8 @@ from kit.sciml.verdicts import domain_score, judge
 
 Array = np.ndarray[Any, Any]
 PERMUTATION_TOLERANCE = fixed_tolerance("mgn-node-permutation")
-ABSOLUTE_FRACTION = 0.01  # absolute |div u| tolerance: 1% of the RMS velocity gradient
+# absolute |div u| tolerance: this fraction (1%) of the RMS velocity gradient
+ABSOLUTE_FRACTION = tolerance_fraction("mgn-continuity-absolute")
 HELDOUT_FLOWS = (Flow(inflow=0.9, frames=10), Flow(inflow=1.1, frames=10))
 
 

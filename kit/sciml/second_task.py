@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.sciml.cards import fixed_tolerance
+from kit.sciml.cards import fixed_tolerance, tolerance_fraction
 from kit.sciml.gate import FAILS, HOLDS, Evidence, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.meshes import INFLOW, NORMAL, OUTFLOW, Mesh
@@ -56,7 +56,7 @@ Array = np.ndarray[Any, Any]
 AIRFOIL = 2  # DeepMind NodeType.AIRFOIL
 GAMMA = 1.4
 INCOMPRESSIBLE_LIMIT = 0.05
-MASS_FRACTION = 0.01
+MASS_FRACTION = tolerance_fraction("cmp-mass-conservation")
 X_RANGE, Y_HALF = (-1.0, 2.0), 1.0
 
 

@@ -17,7 +17,7 @@ import yaml
 
 from kit.errors import ConfigError, KitError
 from kit.sciml import mgn_faults, mgn_study, pinn, pipeline, probes, recompute_mgn
-from kit.sciml.cards import CARDS, fixed_tolerance, load_cards
+from kit.sciml.cards import CARDS, fixed_tolerance, load_cards, tolerance_fraction
 from kit.sciml.stats import clopper_pearson, rate, wilson
 
 SCIML = Path(mgn_study.__file__).parent
@@ -35,6 +35,15 @@ def test_the_fixed_tolerances_are_the_cards_values() -> None:
     assert mgn_faults.CONSERVATION_THRESHOLD == 1 + values["mgn-continuity-guard"] == 1.5
     assert pipeline.ABSOLUTE_TOLERANCE == values["p1-divergence-absolute"] == 0.05
     assert values["pinn-collocation-permutation"] == float(np.finfo(np.float64).eps)
+
+
+def test_the_measured_tolerances_take_their_fraction_from_the_cards() -> None:
+    from kit.sciml import second_task
+
+    assert mgn_study.ABSOLUTE_FRACTION == tolerance_fraction("mgn-continuity-absolute") == 0.01
+    assert second_task.MASS_FRACTION == tolerance_fraction("cmp-mass-conservation") == 0.01
+    with pytest.raises(ConfigError, match=r"mgn-mirror-y\.yaml: tolerance\.fraction is not set"):
+        tolerance_fraction("mgn-mirror-y")
 
 
 def test_pinn_py_keeps_its_copies_equal_to_the_cards() -> None:
