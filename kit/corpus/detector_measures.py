@@ -27,13 +27,9 @@ from typing import Any
 import numpy as np
 
 from kit.drift.detectors import DETECTORS, Scores, score_block
-from kit.drift.drift_measures import (
-    Calibration,
-    calibrate,
-    percentile_interval,
-    replicate_rates,
-)
+from kit.drift.drift_measures import Calibration, calibrate, replicate_rates
 from kit.drift.localise import KINDS, normalisers, summary, true_layer_rank
+from kit.stats import percentile_interval
 
 Array = np.ndarray[Any, Any]
 CELLS = ("reference", "clean", "positive")

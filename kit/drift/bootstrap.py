@@ -32,16 +32,10 @@ from kit.drift.calibrate import (
 from kit.drift.detectors import COLUMN, DETECTORS
 from kit.drift.localise import KINDS, TOP_K, resampled_normalisers, true_layer_rank
 from kit.errors import KitError
+from kit.stats import draw_counts
 
 Array = np.ndarray[Any, Any]
 DECISION_BASELINES = ("direct", "mixed")  # the frozen rule: metamorphic against both
-
-
-def draw_counts(rng: np.random.Generator, n: int, replicates: int) -> Array:
-    """(R, n) counts of each pool member in each replicate (n draws with replacement)."""
-    index = rng.integers(0, n, size=(replicates, n))
-    flat = (index + n * np.arange(replicates)[:, None]).ravel()
-    return np.bincount(flat, minlength=replicates * n).reshape(replicates, n)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from kit.drift.bootstrap import draw_counts
 from kit.drift.calibrate import (
     matched_threshold,
     resampled_matched_thresholds,
@@ -30,6 +29,7 @@ from kit.drift.calibrate import (
     threshold,
 )
 from kit.drift.detectors import DETECTORS, Scores, score_block
+from kit.stats import draw_counts, percentile_interval
 
 Array = np.ndarray[Any, Any]
 QUANTILES = (0.5, 0.9, 0.99, 1.0)
@@ -121,12 +121,6 @@ def replicate_rates(values: Array, calibration: Calibration, name: str) -> Array
     """(R,) alarm rate of one detector's held-out scores in every nested replicate."""
     replicate = values[None, :] > calibration.replicate_thresholds[name][:, None]
     return np.asarray((calibration.held_counts * replicate).sum(axis=1) / len(values))
-
-
-def percentile_interval(rates: Array, interval: float) -> list[float]:
-    """The central ``interval`` percentile interval of replicate values."""
-    tail = (1 - interval) / 2
-    return [float(np.quantile(rates, tail)), float(np.quantile(rates, 1 - tail))]
 
 
 def alarm_rates(cell_scores: Scores, calibration: Calibration, interval: float

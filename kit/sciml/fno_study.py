@@ -22,7 +22,7 @@ from typing import Any
 from kit.runfolder import Progress
 from kit.sciml import fno
 from kit.sciml.cards import fixed_tolerance
-from kit.sciml.gate import Evidence, decide
+from kit.sciml.gate import GateFindings, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.solvers import PDES
 from kit.sciml.stats import rate
@@ -33,8 +33,8 @@ PDE_NAMES = tuple(PDES)
 
 
 def _translation_evidence(card: dict[str, Any], floor: float, embedding: str | None,
-                          embedding_effect: dict[str, float]) -> Evidence:
-    return Evidence(
+                          embedding_effect: dict[str, float]) -> GateFindings:
+    return GateFindings(
         preconditions={card["preconditions"][0]: "holds",
                        card["preconditions"][1]: "holds" if embedding is None else "fails"},
         boundary_compatibility="holds", output_mapping="holds", floor=floor,
@@ -87,11 +87,11 @@ def _checkpoint(ledger: Ledger, cards: tuple[dict[str, Any], ...], model: Any, p
     c = fno.conservation(model, u0, target)
     tolerance = cons["tolerance"]["floor_margin"] * float(
         max(c["reference_drift"].max(), c["float32_floor"].max()))
-    c_decision = decide(cons, Evidence(
+    c_decision = decide(cons, GateFindings(
         preconditions={p: "holds" for p in cons["preconditions"]},
         boundary_compatibility="holds", output_mapping="holds",
         floor=float(c["reference_drift"].max()), tolerance=tolerance))
-    d_decision = decide(dirichlet, Evidence(
+    d_decision = decide(dirichlet, GateFindings(
         preconditions={dirichlet["preconditions"][0]: "fails"},
         boundary_compatibility="fails", output_mapping="holds", floor=None,
         tolerance=None))

@@ -6,7 +6,7 @@ compatible, and (iv) it is numerically decidable: its tolerance exceeds the meas
 operator's own floor by the card's margin. Decisions:
 
 - ``rejected``: (i) missing from the card or measured not to hold for the data
-  (``Evidence.basis``), or (ii)/(iii) fail outright;
+  (``GateFindings.basis``), or (ii)/(iii) fail outright;
 - ``deferred``: nothing fails outright but some evidence is missing, or (iv) cannot be
   established (no measured floor, or the tolerance does not dominate it);
 - ``retained-as-OOD-stress``: (ii) or (iii) hold only approximately; the relation runs as a
@@ -26,7 +26,7 @@ DECISIONS = ("retained-executable", "retained-as-OOD-stress", "rejected", "defer
 
 
 @dataclass(frozen=True)
-class Evidence:
+class GateFindings:
     """What was measured before the gate decides (each field a finding, not a wish)."""
 
     preconditions: dict[str, str]          # precondition text -> holds/approximate/fails
@@ -59,7 +59,7 @@ def _worst(states: list[str]) -> str:
     return HOLDS
 
 
-def decide(card: dict[str, Any], evidence: Evidence) -> Decision:
+def decide(card: dict[str, Any], evidence: GateFindings) -> Decision:
     """Apply the four conditions to one card."""
     margin = float(card["tolerance"].get("floor_margin", 1.0))
     basis = evidence.basis if card.get("basis", "").strip() else FAILS

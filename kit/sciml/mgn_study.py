@@ -50,7 +50,7 @@ from kit.sciml import mgn_faults, pinned
 from kit.sciml.cards import fixed_tolerance, tolerance_fraction
 from kit.sciml.cylinder import Flow, trajectory
 from kit.sciml.deepmind import study_trajectory
-from kit.sciml.gate import APPROXIMATE, HOLDS, Evidence, decide
+from kit.sciml.gate import APPROXIMATE, HOLDS, GateFindings, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.meshes import Mesh, mirror_map, placement_mismatch, symmetric_channel
 from kit.sciml.mgn import directed_edges
@@ -135,18 +135,18 @@ def mapping_floor(pos: Array, field: Array) -> float:
 def _decide(ledger: Ledger, cards: dict[str, dict[str, Any]], data: dict[str, Array],
             heldout: list[int], study: Study, channel: Mesh) -> dict[str, Any]:
     perm_card, mirror_card = cards["mgn-node-permutation"], cards["mgn-mirror-y"]
-    ledger.decide(decide(perm_card, Evidence(
+    ledger.decide(decide(perm_card, GateFindings(
         {perm_card["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=0.0,
         tolerance=PERMUTATION_TOLERANCE)))
     first = _graph(data, heldout[0])
     floor = mapping_floor(first.pos, data["velocity"][heldout[0] + 1] - first.velocity)
-    ledger.decide(decide(mirror_card, Evidence(
+    ledger.decide(decide(mirror_card, GateFindings(
         {mirror_card["preconditions"][0]: APPROXIMATE}, APPROXIMATE, APPROXIMATE,
         floor=floor, tolerance=2 * floor,
         notes={"placement mismatch m (median edge lengths)": f"{study.mismatch:.3g}"})))
     exact = cards["mgn-mirror-y-exact"]
     mirror_map(channel)  # raises unless the reflection is a verified bijection
-    ledger.decide(decide(exact, Evidence(
+    ledger.decide(decide(exact, GateFindings(
         {exact["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=0.0,
         tolerance=EXACT_MIRROR_TOLERANCE,
         notes={"symmetric channel": f"{len(channel.pos)} nodes, bijection verified, "
@@ -331,11 +331,11 @@ def _continuity(ledger: Ledger, cards: dict[str, dict[str, Any]], data: dict[str
     reference = max(divergence.rms(v) for v in truth)
     scale = min(divergence.gradient_rms(v) for v in truth)
     tolerance = ABSOLUTE_FRACTION * scale
-    ledger.decide(decide(absolute, Evidence(
+    ledger.decide(decide(absolute, GateFindings(
         {absolute["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=reference,
         tolerance=tolerance, notes={"reference divergence / gradient scale":
                                     f"{reference / scale:.3g}"})))
-    ledger.decide(decide(guard, Evidence(
+    ledger.decide(decide(guard, GateFindings(
         {guard["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=0.0,
         tolerance=fixed_tolerance("mgn-continuity-guard"))))
     return {"reference_divergence_rms": reference, "gradient_rms": scale,

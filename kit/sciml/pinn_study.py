@@ -20,7 +20,7 @@ from scipy import stats as scipy_stats
 from kit.runfolder import Progress
 from kit.sciml import pinn
 from kit.sciml.cards import fixed_tolerance
-from kit.sciml.gate import Evidence, decide
+from kit.sciml.gate import GateFindings, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.stats import bootstrap_mean_ci, cliffs_delta, rate, wilcoxon
 from kit.sciml.verdicts import judge
@@ -55,12 +55,12 @@ def run_pinn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 15,
                cards["pinn-reference-conservation"])
     exact, boundary, conservation = (fixed_tolerance(card["id"]) for card in (a, b, c))
     floors = {pde: reference_floor(pde) for pde in pinn.PDES}
-    ledger.decide(decide(a, Evidence({a["preconditions"][0]: "holds"}, "holds", "holds",
+    ledger.decide(decide(a, GateFindings({a["preconditions"][0]: "holds"}, "holds", "holds",
                                      floor=0.0, tolerance=exact,
                                      notes={"vacuous": "pointwise network: cannot fail"})))
-    ledger.decide(decide(b, Evidence({b["preconditions"][0]: "holds"}, "holds", "holds",
+    ledger.decide(decide(b, GateFindings({b["preconditions"][0]: "holds"}, "holds", "holds",
                                      floor=EXACT, tolerance=boundary)))
-    ledger.decide(decide(c, Evidence({c["preconditions"][0]: "holds"}, "holds", "holds",
+    ledger.decide(decide(c, GateFindings({c["preconditions"][0]: "holds"}, "holds", "holds",
                                      floor=max(floors.values()),
                                      tolerance=conservation)))
     record: dict[str, Any] = {"reference_floor": floors, "subjects": [], "summary": {},

@@ -35,7 +35,7 @@ from kit.sciml.checkpoints import pin_numerics
 from kit.sciml.config import Config
 from kit.sciml.deepmind import read_meta
 from kit.sciml.fno_study import run_fno
-from kit.sciml.gate import Decision, Evidence, decide
+from kit.sciml.gate import Decision, GateFindings, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.mgn_study import run_mgn
 from kit.sciml.operator_floor import finite_volume_balance, sweep
@@ -64,7 +64,7 @@ class Study:
 
 
 def _admitted(card: dict[str, Any], floor: float, tolerance: float) -> Decision:
-    return decide(card, Evidence(preconditions={p: "holds" for p in card["preconditions"]},
+    return decide(card, GateFindings(preconditions={p: "holds" for p in card["preconditions"]},
                                  boundary_compatibility="holds", output_mapping="holds",
                                  floor=floor, tolerance=tolerance))
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from kit.sciml.cards import fixed_tolerance, tolerance_fraction
-from kit.sciml.gate import FAILS, HOLDS, Evidence, decide
+from kit.sciml.gate import FAILS, HOLDS, GateFindings, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.meshes import INFLOW, NORMAL, OUTFLOW, Mesh
 from kit.sciml.mgn import directed_edges
@@ -164,24 +164,24 @@ def run_second_task(ledger: Ledger, cards: dict[str, dict[str, Any]], nets: list
         "mass_tolerance": mass_tolerance}
 
     continuity = cards["cmp-incompressible-continuity"]
-    ledger.decide(decide(continuity, Evidence(
+    ledger.decide(decide(continuity, GateFindings(
         {continuity["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=mass_floor,
         tolerance=MASS_FRACTION * measured["velocity_gradient_rms"],
         basis=HOLDS if variation <= INCOMPRESSIBLE_LIMIT else FAILS,
         basis_why=f"density variation {variation:.3g} vs limit {INCOMPRESSIBLE_LIMIT:g}")))
     mirror = cards["cmp-mirror-y"]
     compatible = HOLDS if bc_mismatch <= 2 * bc_floor else FAILS
-    ledger.decide(decide(mirror, Evidence(
+    ledger.decide(decide(mirror, GateFindings(
         {mirror["preconditions"][0]: HOLDS}, compatible, HOLDS, floor=bc_floor,
         tolerance=2 * bc_floor, notes={"inflow boundary mismatch under reflection":
                                        f"{bc_mismatch:.3g} vs floor {bc_floor:.3g}"})))
     mass_card = cards["cmp-mass-conservation"]
-    ledger.decide(decide(mass_card, Evidence(
+    ledger.decide(decide(mass_card, GateFindings(
         {mass_card["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=mass_floor,
         tolerance=mass_tolerance)))
     perm_card = cards["cmp-node-permutation"]
     tolerance = fixed_tolerance(perm_card["id"])
-    ledger.decide(decide(perm_card, Evidence(
+    ledger.decide(decide(perm_card, GateFindings(
         {perm_card["preconditions"][0]: HOLDS}, HOLDS, HOLDS, floor=0.0, tolerance=tolerance)))
     violations = []
     graph = Graph(mesh.pos, velocity, mesh.node_type.astype(np.int64),

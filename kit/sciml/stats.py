@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from kit.stats import clopper_pearson, wilson
+from kit.stats import bootstrap_interval, clopper_pearson, wilson
 
 Array = np.ndarray[Any, Any]
 __all__ = ["bootstrap_ci", "bootstrap_mean_ci", "cliffs_delta", "clopper_pearson", "rate",
@@ -53,12 +53,9 @@ def cliffs_delta(x: Array, y: Array) -> float:
 
 def bootstrap_ci(x: Array, statistic: Callable[..., Any], seed: int, resamples: int = 10_000,
                  confidence: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of ``statistic`` (scipy's, vectorised over an axis):
-    the one bootstrap engine of the SciML study."""
-    result = stats.bootstrap((np.asarray(x, float),), statistic, n_resamples=resamples,
-                             confidence_level=confidence, method="percentile",
-                             random_state=np.random.default_rng(seed))
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    """Percentile bootstrap interval of ``statistic``: the kit's one engine
+    (``kit.stats.bootstrap_interval``)."""
+    return bootstrap_interval(x, statistic, seed, resamples, confidence)
 
 
 def bootstrap_mean_ci(x: Array, seed: int, resamples: int = 10_000,

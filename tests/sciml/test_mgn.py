@@ -59,10 +59,10 @@ def test_exact_mirror_passes_an_equivariant_map_and_fails_an_untrained_pointmlp(
     target = mirror_map(channel)
     ledger = Ledger("test")
     from kit.sciml.cards import load_cards
-    from kit.sciml.gate import Evidence, decide
+    from kit.sciml.gate import GateFindings, decide
 
     card = load_cards()["mgn-mirror-y-exact"]
-    ledger.decide(decide(card, Evidence({card["preconditions"][0]: "holds"}, "holds", "holds",
+    ledger.decide(decide(card, GateFindings({card["preconditions"][0]: "holds"}, "holds", "holds",
                                         floor=0.0, tolerance=1e-5)))
     assert max(exact_mirror(ledger, _Linear(), "linear", channel, target)["violations"]) < 1e-12
     net = build_pointmlp(16, 2, 0).double().eval()

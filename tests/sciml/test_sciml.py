@@ -21,7 +21,7 @@ from kit.errors import ConfigError, KitError
 from kit.paths import ROOT
 from kit.sciml import checkpoints
 from kit.sciml.cards import CARDS, load_card, load_cards
-from kit.sciml.gate import Evidence, decide
+from kit.sciml.gate import GateFindings, decide
 from kit.sciml.ledger import Ledger
 from kit.sciml.stats import bootstrap_mean_ci, cliffs_delta, wilcoxon, wilson
 from kit.sciml.verdicts import VERDICTS, domain_score, judge
@@ -31,11 +31,11 @@ def card(name: str = "fno-periodic-translation") -> dict:
     return load_card(CARDS / f"{name}.yaml")
 
 
-def holding(c: dict, **over: object) -> Evidence:
+def holding(c: dict, **over: object) -> GateFindings:
     fields = {"preconditions": {p: "holds" for p in c["preconditions"]},
               "boundary_compatibility": "holds", "output_mapping": "holds",
               "floor": 1e-7, "tolerance": 1e-5, **over}
-    return Evidence(**fields)  # type: ignore[arg-type]
+    return GateFindings(**fields)  # type: ignore[arg-type]
 
 
 def test_shipped_cards_validate() -> None:
