@@ -21,7 +21,7 @@ from kit import schema
 from kit.errors import ConfigError
 from kit.files import read_yaml
 
-SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "mr_card.schema.json"
+SCHEMA = schema.SCHEMAS / "mr_card.schema.json"
 CARDS = Path(__file__).with_name("cards")
 
 

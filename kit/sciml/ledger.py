@@ -14,10 +14,11 @@ from typing import Any
 from kit import schema
 from kit.errors import KitError
 from kit.files import canonical_json, write_atomic
+from kit.schema import SCHEMAS
 from kit.sciml.gate import Decision
 from kit.sciml.verdicts import VERDICTS, Verdict
 
-SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "verdict_ledger.schema.json"
+SCHEMA = SCHEMAS / "verdict_ledger.schema.json"
 RETAINED = ("retained-executable", "retained-as-OOD-stress")
 
 

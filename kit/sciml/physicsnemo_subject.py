@@ -21,12 +21,13 @@ from typing import Any
 import numpy as np
 
 from kit.errors import KitError
+from kit.paths import ROOT
 from kit.sciml import checkpoints
 from kit.sciml.mgn import directed_edges
 from kit.sciml.mgn_train import Subject
 
 WORKER = Path(__file__).with_name("physicsnemo_worker.py")
-LOCK = Path(__file__).resolve().parents[2] / "locks" / "physicsnemo.lock"
+LOCK = ROOT / "locks" / "physicsnemo.lock"
 Array = np.ndarray[Any, Any]
 
 
