@@ -38,7 +38,8 @@ Probe = tuple[str, str, int, int, FaultRecord]
 
 def layer_indices(n_convs: int) -> dict[str, int]:
     """Graph-order conv index of the early, middle and late layer."""
-    return {"early": 0, "middle": n_convs // 2, "late": n_convs - 1}
+    early, middle, late = POSITIONS
+    return {early: 0, middle: n_convs // 2, late: n_convs - 1}
 
 
 def fault_seed(base: int, *coordinates: int) -> int:
