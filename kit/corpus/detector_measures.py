@@ -106,11 +106,10 @@ def detection(arrays: dict[str, Array], p: Params) -> dict[str, Any]:
     return out
 
 
-def _margin(values: Array, limit: float) -> float:
-    """The smallest positive score over the threshold (inf for a zero threshold under a
-    positive score): how far the weakest positive clears the clean calibration."""
-    low = float(np.min(values))
-    return low / limit if limit > 0 else (float("inf") if low > 0 else 0.0)
+def _margin(values: Array, limit: float) -> float | None:
+    """The smallest positive score over the threshold: how far the weakest positive clears
+    the clean calibration (None for a zero threshold, where no ratio exists)."""
+    return float(np.min(values)) / limit if limit > 0 else None
 
 
 def _fails(fails: Array, calibration: Calibration, p: Params) -> dict[str, Any]:

@@ -39,7 +39,8 @@ def _host_row(row: dict[str, Any]) -> list[str]:
             f"{row['release_control']:.3g}", f"{row['max_abs_logit']:.3g}", str(row["flips"]),
             *[f"{det[d]['tpr']['rate']:.3f} / {det[d]['fpr']['rate']:.3f}" for d in SHOWN],
             f"{diff['value']:.3f} [{diff['interval'][0]:.3f}, {diff['interval'][1]:.3f}]",
-            " / ".join(f"{det[d]['margin']:.3g}" for d in SHOWN[:4]),
+            " / ".join("-" if det[d]["margin"] is None else f"{det[d]['margin']:.3g}"
+                       for d in SHOWN[:4]),
             " / ".join(f"{loc[k]['top1']:.2f}" for k in ("direct", "metamorphic", "maximum"))]
 
 

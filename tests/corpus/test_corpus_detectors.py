@@ -291,3 +291,17 @@ def test_without_the_study_its_claims_are_not_run_here(tmp_path: Path) -> None:
     assert status[("C-027", "detectors")] == "not run here"
     assert status[("C-001", "kit")] == "hypothesis holds"
     assert {s for (_, sub), s in status.items() if sub == "detectors"} == {"not run here"}
+
+
+def test_a_zero_threshold_has_no_margin_and_the_record_stays_finite() -> None:
+    """Identical clean and reference logits give zero thresholds: the margin is None (JSON
+    refuses infinities), every positive still alarms."""
+    arrays = synthetic(offset_rotated=False)
+    for cond in CONDS:
+        for role in ROLES:
+            arrays[f"logits/clean/{cond}/{role}"] = arrays[f"logits/reference/{cond}/{role}"]
+    found = host_measures(arrays, P)["detection"]
+    assert found["direct"]["margin"] is None
+    assert found["direct"]["tpr"]["rate"] == 1.0
+    assert found["direct"]["fpr"]["rate"] == 0.0
+    json.dumps(found, allow_nan=False)
