@@ -33,7 +33,7 @@ from kit.drift.polygraphy_check import polygraphy_fails, version
 from kit.drift.protocol import PROTOCOL as DRIFT_PROTOCOL
 from kit.drift.protocol import load_protocol
 from kit.drift.stages.infer import is_done
-from kit.drift.stages.pipeline import run_stage
+from kit.drift.stages.pipeline import digits_images
 from kit.errors import ConfigError
 from kit.files import canonical_json, load_npz, read_yaml, sha256, write_atomic, write_npz
 from kit.paths import ROOT
@@ -56,7 +56,7 @@ def load_study_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
     return protocol
 
 
-def cell_of(pair: dict[str, str], cell: str) -> tuple[str, str]:
+def release_level(pair: dict[str, str], cell: str) -> tuple[str, str]:
     """(release, level) of a cell of the protocol."""
     return {"reference": (pair["fixed"], "disable_all"), "clean": (pair["fixed"], "enable_all"),
             "positive": (pair["affected"], "enable_all")}[cell]
@@ -103,7 +103,7 @@ def plan(run: Run, protocol: dict[str, Any], hosts: dict[tuple[str, str], Hosted
         graphs = {"plain": f"{STAGE}/models/{case}/{model}.onnx",
                   "sketch": f"{STAGE}/models/{case}/{model}.sketch.onnx"}
         for cell, graph, cond in itertools.product(CELLS, GRAPHS, conds):
-            where = cell_of(pair, cell)
+            where = release_level(pair, cell)
             out = f"outputs/{case}/{model}/{cell}/{graph}-{cond}.npz"
             jobs.setdefault(where[0], {})[out] = _job(graphs[graph], cond, where, out)
         for role, cond in itertools.product(("affected", "fixed"), conds):
@@ -192,12 +192,7 @@ def run_detectors(run_dir: Path, *, protocol_file: Path = PROTOCOL,
     with hold(run_dir) as root:
         started, cpu = time.monotonic(), cpu_seconds()
         run = Run(root)
-        for stage in ("fetch", "split"):
-            if not run.record_path(stage).is_file():
-                run_stage(stage, substrate="digits", run_dir=root, backend=backend,
-                          protocol_file=drift_protocol)
-        split = run.record("split")
-        conds = ["orig", next(n for n, c in split["conditions"].items() if c.get("primary"))]
+        conds = digits_images(run, backend, drift_protocol)
         run.forget(STAGE)
         hosts = build_hosts(run, protocol, drift, chosen)
         _execute(run, runtimes, plan(run, protocol, hosts, conds), backend, scheduler, workers)

@@ -54,6 +54,14 @@ class CorpusEvidence:
         return {case["id"]: self._recompute(case) for case in self.record["cases"]}
 
     @cached_property
+    def detector_hosts(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """The detector study's hosts, every measure recomputed
+        (``kit.corpus.recompute_detectors.measured``)."""
+        from kit.corpus.recompute_detectors import measured
+
+        return measured(self.root)
+
+    @cached_property
     def crashes(self) -> dict[str, dict[str, Any]]:
         """Per crash-only case: its decision recomputed from the outputs that exist."""
         found = self._listing(CRASHES_JSON, "crashes")

@@ -13,7 +13,6 @@ Imports nothing of the runtime layer: verify runs these offline.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,6 @@ def committed_params() -> Params:
     return params(read_yaml(PROTOCOL), read_yaml(DRIFT_PROTOCOL))
 
 
-@lru_cache(maxsize=4)
 def measured(root: Path) -> dict[Key, dict[str, Any]]:
     """Per hosted (case, model): every measure, recomputed from its evidence arrays."""
     path = root / HOSTS_JSON
@@ -58,7 +56,9 @@ def measured(root: Path) -> dict[Key, dict[str, Any]]:
 
 
 def _hosts(ev: Any) -> dict[Key, dict[str, Any]]:
-    return measured(Path(ev.root))
+    """The hosts' measures, computed once per evidence reader (``CorpusEvidence``, which
+    the ledger keeps per folder until ``clear_cache``)."""
+    return ev.detector_hosts  # type: ignore[no-any-return]
 
 
 def j1_release_control_identical(ev: Any) -> bool:

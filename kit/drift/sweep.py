@@ -42,7 +42,7 @@ from kit.drift.instrument import instrument
 from kit.drift.polygraphy_check import fault_matrix, polygraphy_fails, version
 from kit.drift.protocol import PROTOCOL, load_protocol
 from kit.drift.stages.infer import is_done
-from kit.drift.stages.pipeline import run_stage
+from kit.drift.stages.pipeline import digits_images
 from kit.drift.sweep_report import write_report
 from kit.errors import ConfigError, KitError
 from kit.files import canonical_json, load_npz, read_json, read_yaml, sha256, write_atomic
@@ -274,15 +274,10 @@ def run_sweep(run_dir: Path, *, protocol_file: Path = REALDRIFT,
     with hold(run_dir) as root:
         started, cpu = time.monotonic(), cpu_seconds()  # environments built on demand too
         run = Run(root)
-        for stage in ("fetch", "split"):
-            if not run.record_path(stage).is_file():
-                run_stage(stage, substrate="digits", run_dir=root, backend=backend,
-                          protocol_file=drift_protocol)
+        conds = digits_images(run, backend, drift_protocol)
         described = release_levels(runtimes, levels, backend)
         all_cells = cells(protocol, described, threads)
         graphs = export_unfolded(drift, run)
-        split = run.record("split")
-        conds = ["orig", next(n for n, c in split["conditions"].items() if c.get("primary"))]
         run.forget("sweep")
         write_atomic(run.stage("sweep") / "levels.json", canonical_json(described))
         _execute(run, runtimes, plan(all_cells, graphs, conds), backend, scheduler, workers)

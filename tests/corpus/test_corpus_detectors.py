@@ -22,6 +22,7 @@ from kit.corpus import recompute_detectors
 from kit.corpus.detector_measures import CONDS, ROLES, Params, host_measures, params
 from kit.corpus.detectors import PROTOCOL, run_detectors
 from kit.corpus.hosts import CASE_SKETCH, OUT, embed, write_host
+from kit.corpus.recompute import CorpusEvidence
 from kit.drift.localise import KINDS
 from kit.errors import ConfigError, KitError
 from kit.files import load_npz, read_json, read_yaml, write_npz
@@ -252,13 +253,8 @@ def test_the_matched_rule_alarms_on_one_percent_of_calibration() -> None:
 
 # --- shipped evidence ----------------------------------------------------------------------
 
-class Folder:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-
 def test_shipped_evidence_decides_every_hypothesis() -> None:
-    ev = Folder(SHIPPED)
+    ev = CorpusEvidence(SHIPPED)
     assert recompute_detectors.hosted(ev) == 9
     assert recompute_detectors.j1_release_control_identical(ev) is True
     assert recompute_detectors.j3_direct_over_metamorphic(ev) is False
@@ -276,7 +272,7 @@ def test_a_changed_evidence_array_changes_the_recomputed_value(tmp_path: Path) -
     arrays = dict(load_npz(copy / row["evidence"]))
     arrays["control/affected/orig"] = arrays["control/affected/orig"] + np.float32(1)
     write_npz(copy / row["evidence"], arrays)
-    assert recompute_detectors.j1_release_control_identical(Folder(copy)) is False
+    assert recompute_detectors.j1_release_control_identical(CorpusEvidence(copy)) is False
 
 
 def test_without_the_study_its_claims_are_not_run_here(tmp_path: Path) -> None:
