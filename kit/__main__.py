@@ -1,7 +1,7 @@
 """Command line: ``python -m kit COMMAND``.
 
     run        one exchange: a model and an input .npz under one runtime -> an output .npz
-    images     build the two runtime images and write build/images.json
+    images     build runtime images (ref, cand, any ort-RELEASE) into build/images.json
     stage      one drift stage (fetch split fault infer score bootstrap sensitivity report)
     reproduce  the drift stages in order, then the run manifest check
     verify     every ledger, schema, manifest and claim, offline (--replay: rerun and compare)
@@ -37,11 +37,12 @@ def _add_runtime_commands(add: Add) -> None:
     run.add_argument("--backend", choices=["docker", "venv"],
                      help="default: docker when a daemon answers, else venv")
     run.add_argument("--batch-size", type=int, default=64)
-    images = add("images", help="build the runtime images (needs a Docker daemon)")
+    images = add("images", help="build runtime images (needs a Docker daemon)")
     images.add_argument("--base", help="base image (default: python:3.11-slim-bookworm, "
                                        "else a debootstrap base)")
-    images.add_argument("--runtime", action="append", choices=["ref", "cand"],
-                        help="build only this runtime (repeatable)")
+    images.add_argument("--runtime", action="append",
+                        help="build this runtime's image: ref, cand or ort-RELEASE "
+                             "(repeatable; default ref and cand)")
 
 
 def _add_drift_commands(add: Add) -> None:

@@ -107,8 +107,10 @@ SWEEP_TARGET_S = 30 * 60  # the whole real-drift sweep on digits, 2 cores
 
 def stage_times(run_dir: Path, target_s: float, what: str) -> bool:
     """Print each stage's wall time, CPU seconds and core utilisation as the run recorded
-    them (``cpu.json``) and whether their sum meets ``target_s``; False when not met or
-    not recorded."""
+    them (``cpu.json``), whether their sum meets ``target_s``, and the floor the CPU
+    seconds put under any schedule on the run's cores (CPU seconds / cores): when that
+    floor is above the target, no parallelism on those cores can meet it without
+    computing less. False when not met or not recorded."""
     path = run_dir / CPU_TIMES
     if not path.is_file():
         print(f"bench: {what}: {path} not recorded (run the stages with this kit first)")
@@ -118,9 +120,14 @@ def stage_times(run_dir: Path, target_s: float, what: str) -> bool:
         print(f"bench: {what}: {stage:12s} {entry['wall_s']:8.1f} s wall, {entry['cpu_s']:8.1f}"
               f" s CPU, {100 * entry['utilisation']:5.1f}% of {entry['cores']} cores")
     total = sum(entry["wall_s"] for entry in found.values())
+    cpu = sum(entry["cpu_s"] for entry in found.values())
+    cores = max(entry["cores"] for entry in found.values())
+    floor = cpu / cores
     met = bool(total <= target_s)
     print(f"bench: {what}: {total:.0f} s in all (target <= {target_s:.0f} s): "
-          f"{'met' if met else 'NOT met'}")
+          f"{'met' if met else 'NOT met'}; {cpu:.0f} CPU s on {cores} cores: no schedule "
+          f"ends before {floor:.0f} s"
+          + (" (the target is below that floor)" if floor > target_s else ""))
     return met
 
 

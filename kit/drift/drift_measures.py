@@ -17,6 +17,7 @@ clean held-out images (``_o`` source, ``_t`` rotated):
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,20 @@ class Logits:
 
     logits: dict[str, Array]  # condition -> (n, classes)
     sketches: dict[str, dict[str, Array]]  # condition -> sketch output name -> (n, k)
+
+
+def outputs_digest(cell: Logits) -> str:
+    """sha256 over every array of ``cell`` (condition, name, dtype, shape and bytes, in a
+    fixed order): equal digests mean bit-identical outputs, hence identical measures."""
+    digest = hashlib.sha256()
+    arrays = [(f"logits/{cond}", array) for cond, array in sorted(cell.logits.items())]
+    arrays += [(f"{cond}/{name}", array) for cond, found in sorted(cell.sketches.items())
+               for name, array in sorted(found.items())]
+    for name, array in arrays:
+        contiguous = np.ascontiguousarray(array)
+        digest.update(f"{name}|{contiguous.dtype.str}|{contiguous.shape}|".encode())
+        digest.update(contiguous.tobytes())
+    return digest.hexdigest()
 
 
 def layer_order(names: list[str]) -> list[str]:

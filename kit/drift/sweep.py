@@ -35,6 +35,7 @@ from kit.drift.drift_measures import (
     calibrate,
     drift_measures,
     max_abs_difference,
+    outputs_digest,
     scores,
 )
 from kit.drift.export import export_onnx
@@ -47,7 +48,7 @@ from kit.drift.sweep_report import write_report
 from kit.errors import ConfigError, KitError
 from kit.files import canonical_json, load_npz, read_json, read_yaml, sha256, write_atomic
 from kit.paths import ROOT, cache_dir
-from kit.runfolder import TRAINING_CACHE, Run, cpu_seconds, record_timing, say
+from kit.runfolder import CPU_TIMES, TRAINING_CACHE, Run, cpu_seconds, record_timing, say
 from kit.runlock import hold
 from kit.runtime.backends import describe_runtime
 from kit.runtime.runtimes import Runtime, release_runtime
@@ -221,11 +222,16 @@ def _measure_block(run: Run, protocol: dict[str, Any], drift: dict[str, Any],
                      protocol["seeds"]["alarm_bootstrap"], len(held))
     ref_held = load(reference, held)
     plain: dict[Cell, dict[str, Any]] = {}
+    measured: dict[str, dict[str, Any]] = {}  # outputs digest -> their measures
     rows = []
     for cell in all_cells:
         found = load(cell, held)
         plain[cell] = found.logits
-        row = _row(cell, model, export, found, ref_held, pair, conds, drift, boot["interval"])
+        key = outputs_digest(found)
+        if key not in measured:
+            measured[key] = _measures(found, ref_held, pair, conds, drift, boot["interval"])
+        row = {"release": cell[0], "level": cell[1], "threads": cell[2], "model": model,
+               "export": export, **measured[key]}
         one = plain.get((cell[0], cell[1], 1))  # cells list 1 thread first
         row["vs_one_thread"] = None if one is None else max_abs_difference(found.logits, one)
         rows.append(row)
@@ -245,15 +251,16 @@ def _logits(run: Run, cell: Cell, model: str, export: str, conds: list[str],
     return Logits(logits, sketches)
 
 
-def _row(cell: Cell, model: str, export: str, logits: Logits, reference: Logits,
-         pair: Calibration, conds: list[str], drift: dict[str, Any], interval: float
-         ) -> dict[str, Any]:
+def _measures(logits: Logits, reference: Logits, pair: Calibration, conds: list[str],
+              drift: dict[str, Any], interval: float) -> dict[str, Any]:
+    """One cell's measures against the reference: a function of its outputs alone, so the
+    block computes them once per distinct outputs (most cells repeat another's bits) and
+    Polygraphy is called once per distinct pair of arrays."""
     source, rotated = conds
     cell_scores = scores(logits, reference, source, rotated,
                          drift["detectors"]["mixed_tolerance"])
     polygraphy = polygraphy_fails(reference.logits[source], logits.logits[source])
-    return {"release": cell[0], "level": cell[1], "threads": cell[2], "model": model,
-            "export": export, **drift_measures(logits, reference, source),
+    return {**drift_measures(logits, reference, source),
             "alarms": alarm_rates(cell_scores, pair, interval),
             "polygraphy": {"alarms": int(polygraphy.sum()), "n": len(polygraphy),
                            "rate": float(polygraphy.mean())}}
@@ -272,15 +279,17 @@ def run_sweep(run_dir: Path, *, protocol_file: Path = REALDRIFT,
     chosen = choose_releases(protocol, releases)
     runtimes = {release: release_runtime(release) for release in chosen}
     with hold(run_dir) as root:
-        started, cpu = time.monotonic(), cpu_seconds()  # environments built on demand too
         run = Run(root)
-        conds = digits_images(run, backend, drift_protocol)
-        described = release_levels(runtimes, levels, backend)
+        conds = digits_images(run, backend, drift_protocol)  # timed as fetch and split
+        started, cpu = time.monotonic(), cpu_seconds()
+        described = release_levels(runtimes, levels, backend)  # builds missing environments
         all_cells = cells(protocol, described, threads)
         graphs = export_unfolded(drift, run)
         run.forget("sweep")
         write_atomic(run.stage("sweep") / "levels.json", canonical_json(described))
+        started, cpu = _timed(run, "sweep-setup", started, cpu)
         _execute(run, runtimes, plan(all_cells, graphs, conds), backend, scheduler, workers)
+        started, cpu = _timed(run, "sweep-jobs", started, cpu)
         evidence = measure(run, protocol, drift, all_cells, graphs, conds)
         write_atomic(run.stage("sweep") / "cells.json", canonical_json(evidence))
         if drift_run is not None:
@@ -291,11 +300,18 @@ def run_sweep(run_dir: Path, *, protocol_file: Path = REALDRIFT,
                   "exports": sorted(next(iter(graphs.values()))), "rows": len(evidence["rows"]),
                   "drift_run": None if drift_run is None else drift_run.name}
         run.write_record("sweep", record)
-        record_timing(run, "sweep", time.monotonic() - started, cpu_seconds() - cpu)
         write_report(root)
-        say(f"sweep: {len(all_cells)} cells x {len(graphs)} model(s) x 2 exports measured in "
-            f"{time.monotonic() - started:.1f} s ({root})")
+        _timed(run, "sweep-measures", started, cpu)
+        say(f"sweep: {len(all_cells)} cells x {len(graphs)} model(s) x 2 exports measured "
+            f"({root}; times in {root / CPU_TIMES})")
         return record
+
+
+def _timed(run: Run, stage: str, started: float, cpu: float) -> tuple[float, float]:
+    """Record one step's wall and CPU seconds since (started, cpu); returns the new mark."""
+    now, used = time.monotonic(), cpu_seconds()
+    record_timing(run, stage, now - started, used - cpu)
+    return now, used
 
 
 def _execute(run: Run, runtimes: dict[str, Runtime],

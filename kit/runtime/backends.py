@@ -10,6 +10,9 @@ worker may only read; it writes into ``out_root`` alone.
   and the output folder writable.
 - ``venv``: the runtime's virtual environment, built from the same lock as its image.
 
+Either builds what it runs on first use: the environment (``kit.runtime.venvs``) or the
+image (``kit.runtime.docker.ensure_image``), from the committed lock.
+
 ``select_backend(None)`` picks docker when a daemon answers, else venv.
 """
 
@@ -87,6 +90,13 @@ def image_labels(image: str) -> dict[str, str]:
     if proc.returncode != 0:
         raise ImageError(f"image {image} is not built here; run `nox -s images`")
     return json.loads(proc.stdout) or {}
+
+
+def ready_image(runtime: Runtime) -> None:
+    """The runtime's image, built on first use (``kit.runtime.docker.ensure_image``)."""
+    from kit.runtime.docker import ensure_image
+
+    ensure_image(runtime)
 
 
 def check_image(runtime: Runtime) -> None:
@@ -168,7 +178,7 @@ def describe_runtime(runtime: Runtime, backend: str | None = None) -> dict[str, 
     release is refused."""
     chosen = select_backend(backend)
     if chosen == "docker":
-        check_image(runtime)
+        ready_image(runtime)
         cmd = ["docker", "run", "--rm", "--network", "none", "--read-only", "--cap-drop",
                "ALL", runtime.image, "--describe"]
     else:
@@ -202,7 +212,7 @@ def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
         (jobs_dir / "jobs.json").write_bytes(canonical_json({"jobs": full}))
         os.chmod(jobs_dir / "jobs.json", 0o644)
         if chosen == "docker":
-            check_image(runtime)
+            ready_image(runtime)
             cmd = _docker_command(runtime, jobs_dir, in_root, out_root, full)
             root_host = os.getuid() == 0
             if root_host:

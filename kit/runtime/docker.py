@@ -1,25 +1,34 @@
-"""Build the two runtime images (``nox -s images``) and record them in a manifest.
+"""Build runtime images and record them in a manifest: the two study runtimes with
+``nox -s images``, any release (``ort-<release>``, ``Dockerfile.release``) with
+``python -m kit images --runtime ort-<release>``, and any runtime on demand
+(``ensure_image``: the docker backend builds an image that is absent or stale on first use,
+as the venv backend builds an environment).
 
 Steps: download each lock's wheels on the host into ``build/wheelhouse/<runtime>``
 (hash-checked), choose a base image, ``docker build`` each Dockerfile without network,
-then write ``build/images.json`` (image IDs, labels, base). The base defaults to the
-official ``python:3.11-slim-bookworm``; when it is neither present nor pullable (no
-registry answers, as on the kit's build machines) a base is built from Debian's packages
-with debootstrap (``tools/base-image.sh``) and the manifest says so.
+then write ``build/images.json`` (image IDs, labels, base; entries of other runtimes whose
+images still exist are kept). The base defaults to the one the manifest records while that
+image exists, else the official ``python:3.11-slim-bookworm``; when it is neither present nor
+pullable (no registry answers, as on the kit's build machines) a base is built from
+Debian's packages with debootstrap (``tools/base-image.sh``) and the manifest says so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from kit.errors import ImageError
 from kit.paths import ROOT
-from kit.runtime.backends import worker_sha256
-from kit.runtime.runtimes import Runtime, load_runtimes
+from kit.runtime.backends import check_image, worker_sha256
+from kit.runtime.runtimes import Runtime, get_runtime, load_runtimes
 from kit.runtime.venvs import failure_tail
 from kit.runtime.worker import canonical_json, write_atomic
 
@@ -100,19 +109,66 @@ def build_image(runtime: Runtime, base: str) -> dict[str, Any]:
             "lock_sha256": lock_sha, "onnxruntime": runtime.onnxruntime}
 
 
+def _recorded(manifest: Path) -> dict[str, Any]:
+    """The manifest's base and the entries whose images still exist (a manifest that is
+    not JSON is rewritten from what is built now)."""
+    try:
+        record = json.loads(manifest.read_bytes())
+        base, entries = record["base"], dict(record["runtimes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {"base": None, "runtimes": {}}
+    kept = {name: entry for name, entry in entries.items()
+            if isinstance(entry, dict) and image_id(str(entry.get("image"))) == entry.get("id")}
+    return {"base": base if isinstance(base, dict) else None, "runtimes": kept}
+
+
+@contextlib.contextmanager
+def _building(manifest: Path) -> Iterator[None]:
+    """One image build at a time on this machine (two Dask workers asking for the same
+    image build it once): an exclusive lock beside the manifest."""
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(manifest.parent / f".{manifest.name}.build-lock", os.O_RDWR | os.O_CREAT,
+                 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def build_images(base: str | None = None, names: list[str] | None = None,
                  manifest: Path = MANIFEST) -> dict[str, Any]:
-    """Build the runtime images and write the image manifest; returns it."""
-    runtimes = load_runtimes()
-    chosen = names or sorted(runtimes)
-    base_image, source = choose_base(base)
-    entries = {}
-    for name in chosen:
-        download_wheelhouse(runtimes[name])
-        entries[name] = build_image(runtimes[name], base_image)
-        print(f"images: {name}: {entries[name]['image']} {entries[name]['id']}",
-              file=sys.stderr)
-    record = {"base": {"image": base_image, "id": image_id(base_image), "source": source},
-              "runtimes": entries}
-    write_atomic(manifest, canonical_json(record))
+    """Build the named runtimes' images (default: the two study runtimes; any
+    ``ort-<release>`` too) and write the image manifest; returns it."""
+    chosen = {name: get_runtime(name) for name in (names or sorted(load_runtimes()))}
+    with _building(manifest):
+        record = _recorded(manifest)
+        recorded_base = record["base"]
+        if base is None and recorded_base and recorded_base.get("image") and \
+                image_id(recorded_base["image"]) is not None:
+            base_image, source = recorded_base["image"], recorded_base.get("source", "local")
+        else:
+            base_image, source = choose_base(base)
+        entries = record["runtimes"]
+        for name, runtime in chosen.items():
+            download_wheelhouse(runtime)
+            entries[name] = build_image(runtime, base_image)
+            print(f"images: {name}: {entries[name]['image']} {entries[name]['id']}",
+                  file=sys.stderr)
+        record = {"base": {"image": base_image, "id": image_id(base_image), "source": source},
+                  "runtimes": dict(sorted(entries.items()))}
+        write_atomic(manifest, canonical_json(record))
     return record
+
+
+def ensure_image(runtime: Runtime, manifest: Path = MANIFEST) -> None:
+    """The runtime's image as this checkout's lock and worker make it: built here on first
+    use when it is absent or was built from another lock or worker (a build that fails is
+    an ImageError naming the runtime and the step)."""
+    try:
+        check_image(runtime)
+        return
+    except ImageError as exc:
+        print(f"images: {runtime.name}: {exc}; building it now", file=sys.stderr)
+    build_images(names=[runtime.name], manifest=manifest)
+    check_image(runtime)

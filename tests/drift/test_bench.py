@@ -43,3 +43,11 @@ def test_stage_times_sum_against_the_target(tmp_path: Path,
     said = capsys.readouterr().out
     assert "98.3% of 2 cores" in said
     assert "800 s in all" in said
+    assert "1490 CPU s on 2 cores: no schedule ends before 745 s" in said
+    assert "below that floor" not in said
+    (tmp_path / CPU_TIMES).write_text(json.dumps({
+        "fetch": {"wall_s": 477.0, "cpu_s": 850.0, "cores": 2, "utilisation": 0.891},
+        "infer": {"wall_s": 625.0, "cpu_s": 1221.0, "cores": 2, "utilisation": 0.977}}))
+    assert not stage_times(tmp_path, 900, "reproduce")
+    said = capsys.readouterr().out
+    assert "no schedule ends before 1036 s (the target is below that floor)" in said

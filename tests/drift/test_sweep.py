@@ -118,18 +118,73 @@ def test_a_level_a_release_lacks_is_refused_before_any_job(
     assert not (tmp_path / "run" / "sweep" / "cells").exists()
 
 
-def test_polygraphy_is_called_on_every_cell(swept: tuple[Path, Path, Path]) -> None:
+def test_polygraphy_judges_every_cell_on_its_own_outputs(
+        swept: tuple[Path, Path, Path]) -> None:
     from kit.drift.polygraphy_check import polygraphy_fails
 
-    data = evidence(swept[0])
+    root = swept[0]
+    data = evidence(root)
     assert data["polygraphy"] == "0.53.6"
+    split = json.loads((root / "split" / "split.json").read_bytes())
+    held = [i for i, row in enumerate(split["rows"]) if row["role"] == "heldout"]
+
+    def logits(cell: tuple[str, str, int], export: str) -> np.ndarray:
+        path = root / "sweep" / output_path(cell, "resnet20", export, "plain", "orig")
+        return np.load(path)["logits"][held]
+
     for row in data["rows"]:
-        assert row["polygraphy"]["n"] == data["heldout_images"]
-        if row["max_abs_logit"] == 0.0:
-            assert row["polygraphy"]["alarms"] == 0
+        cell, export = (row["release"], row["level"], row["threads"]), row["export"]
+        fails = polygraphy_fails(logits(("1.20.1", "disable_all", 1), export),
+                                 logits(cell, export))
+        assert row["polygraphy"] == {"alarms": int(fails.sum()), "n": data["heldout_images"],
+                                     "rate": float(fails.mean())}
     reference = np.zeros((3, 4), np.float32)
     far = reference + np.array([[0], [2e-5], [1e-6]], np.float32)  # 1e-5 + 1e-5 * 0 bound
     assert polygraphy_fails(reference, far).tolist() == [False, True, False]
+
+
+def test_cells_with_the_same_outputs_are_measured_once(
+        swept: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from kit.drift import sweep
+    from kit.drift.drift_measures import outputs_digest
+    from kit.drift.protocol import load_protocol
+    from kit.runfolder import Run
+
+    root, _, protocol = swept
+    data = evidence(root)
+    run, drift = Run(root), load_protocol(protocol)
+    split = run.record("split")
+    held = [i for i, row in enumerate(split["rows"]) if row["role"] == "heldout"]
+    cal = [i for i, row in enumerate(split["rows"]) if row["role"] == "calibration"]
+    cells = [(r["release"], r["level"], r["threads"]) for r in data["rows"]
+             if r["export"] == "folded"]
+    digests = {outputs_digest(sweep._logits(run, cell, "resnet20", "folded",
+                                            data["conditions"], held)) for cell in cells}
+    calls = []
+    measures = sweep._measures
+    monkeypatch.setattr(sweep, "_measures", lambda *a: calls.append(1) or measures(*a))
+    rows, _ = sweep._measure_block(run, sweep.load_sweep_protocol(), drift, cells,
+                                   data["conditions"], held, cal, "resnet20", "folded")
+    assert len(calls) == len(digests) < len(cells)  # 1 and 2 threads repeat bits here
+    assert rows == [r for r in data["rows"] if r["export"] == "folded"]
+
+
+def test_the_outputs_digest_sees_every_bit_name_and_dtype() -> None:
+    from kit.drift.drift_measures import Logits, outputs_digest
+
+    base = np.arange(12, dtype=np.float32).reshape(3, 4)
+    cell = Logits({"orig": base}, {"orig": {"sketch/0": base.copy()}})
+    same = Logits({"orig": base.copy()}, {"orig": {"sketch/0": base.copy()}})
+    assert outputs_digest(cell) == outputs_digest(same)
+    flipped = base.copy()
+    flipped.view(np.uint32)[1, 2] ^= 1
+    for other in (Logits({"orig": flipped}, cell.sketches),
+                  Logits(cell.logits, {"orig": {"sketch/0": flipped}}),
+                  Logits(cell.logits, {"orig": {"sketch/1": base}}),
+                  Logits({"rot": base}, {"rot": {"sketch/0": base}}),
+                  Logits({"orig": base.astype(np.float64)}, cell.sketches),
+                  Logits({"orig": base.reshape(4, 3)}, cell.sketches)):
+        assert outputs_digest(other) != outputs_digest(cell)
 
 
 def test_the_report_has_the_drift_map_and_the_alarm_table(
