@@ -17,6 +17,9 @@ replicate at a time with the scalar rules of ``kit.drift.calibrate``, for tests 
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +33,7 @@ from kit.drift.calibrate import (
     threshold,
 )
 from kit.drift.detectors import COLUMN, DETECTORS
-from kit.drift.localise import KINDS, TOP_K, resampled_normalisers, true_layer_rank
+from kit.drift.localise import KINDS, TOP_K, replicate_ranks, resampled_normalisers
 from kit.errors import KitError
 from kit.stats import draw_counts
 
@@ -188,42 +191,66 @@ def differences(reps: dict[str, Array]) -> dict[str, Array]:
 def localisation_replicates(table: Table, layers: dict[str, Array], models: list[str],
                             cal_counts: Array | None, held_counts: Array,
                             cal_images: Array, held_images: Array, quantile: float = 0.99,
-                            chunk: int = 25) -> dict[str, Array]:
+                            chunk: int = 4) -> dict[str, Array]:
     """Top-1, top-3 and MRR per replicate for every kind, with the normalisers
-    re-estimated from each calibration resample (``cal_counts``) or fixed (None)."""
+    re-estimated from each calibration resample (``cal_counts``) or fixed (None). Each
+    model and kind is one task, up to one process per core; their sums are added in model
+    order, as one loop would add them."""
     replicates = held_counts.shape[0]
     sums = {f"{k}/{s}": np.zeros(replicates) for k in KINDS for s in ("top1", "top3", "mrr")}
     total = np.zeros(replicates)
     cal_pos = {int(s): i for i, s in enumerate(cal_images)}
     held_pos = {int(s): i for i, s in enumerate(held_images)}
+    tasks, kinds = [], []
     for name in models:
         rows = layers[f"{name}/rows"]
         fault = table["fault"][rows] != CLEAN
-        cal_rows = ~fault
-        cal_index = np.array([cal_pos[int(s)] for s in table["sample"][rows][cal_rows]])
+        cal_index = np.array([cal_pos[int(s)] for s in table["sample"][rows][~fault]])
         held_index = np.array([held_pos[int(s)] for s in table["sample"][rows][fault]])
-        truth = table["layer"][rows][fault]
-        weights = held_counts[:, held_index].astype(np.float32)        # (R, N)
-        total += weights.sum(1)
+        total += held_counts[:, held_index].astype(np.float32).sum(1)
         for kind in KINDS:
             scores = layers[f"{name}/{kind}"].astype(np.float64)
-            clean = scores[cal_rows][np.argsort(cal_index)]
-            if cal_counts is None:
-                norms = np.broadcast_to(resampled_normalisers(
-                    clean, np.ones((1, len(cal_images)), np.int64), quantile),
-                    (replicates, scores.shape[1]))
-            else:
-                norms = resampled_normalisers(clean, cal_counts, quantile)
-            faults = scores[fault]
-            for start in range(0, replicates, chunk):
-                part = slice(start, start + chunk)
-                rank = true_layer_rank(faults[None], norms[part][:, None, :],
-                                       truth.astype(np.int64)).astype(np.float32)
-                w = weights[part]
-                sums[f"{kind}/top1"][part] += (w * (rank == 1)).sum(1)
-                sums[f"{kind}/top3"][part] += (w * (rank <= TOP_K)).sum(1)
-                sums[f"{kind}/mrr"][part] += (w / rank).sum(1)
+            tasks.append((scores[~fault][np.argsort(cal_index)], scores[fault],
+                          table["layer"][rows][fault].astype(np.int64), cal_counts,
+                          len(cal_images), held_counts, held_index, quantile, chunk))
+            kinds.append(kind)
+    for kind, found in zip(kinds, _map(_kind_sums, tasks), strict=True):
+        for i, stat in enumerate(("top1", "top3", "mrr")):
+            sums[f"{kind}/{stat}"] += found[i]
     return {key: value / total for key, value in sums.items()}
+
+
+def _map(function: Any, tasks: list[tuple[Any, ...]]) -> list[Any]:
+    """``function`` over ``tasks`` in order, in up to one spawned process per core."""
+    workers = min(len(tasks), os.cpu_count() or 1)
+    if workers <= 1:
+        return [function(*task) for task in tasks]
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        return list(pool.map(function, *zip(*tasks, strict=True)))
+
+
+def _kind_sums(clean: Array, faults: Array, truth: Array, cal_counts: Array | None,
+               n_cal: int, held_counts: Array, held_index: Array, quantile: float,
+               chunk: int) -> Array:
+    """(3, R) float32 top-1, top-3 and reciprocal-rank sums of one model and kind
+    (``held_index``: each fault row's held-out image)."""
+    replicates = held_counts.shape[0]
+    if cal_counts is None:
+        norms = np.broadcast_to(resampled_normalisers(
+            clean, np.ones((1, n_cal), np.int64), quantile), (replicates, clean.shape[1]))
+    else:
+        norms = resampled_normalisers(clean, cal_counts, quantile)
+    weights = held_counts[:, held_index].astype(np.float32)  # (R, N)
+    out = np.zeros((3, replicates), np.float32)
+    for start in range(0, replicates, chunk):
+        part = slice(start, start + chunk)
+        rank = replicate_ranks(faults, norms[part], truth).astype(np.float32)
+        w = weights[part]
+        out[0, part] = (w * (rank == 1)).sum(1)
+        out[1, part] = (w * (rank <= TOP_K)).sum(1)
+        out[2, part] = (w / rank).sum(1)
+    return out
 
 
 def loop_nested(table: Table, cal_images: Array, held_images: Array, replicates: int,

@@ -74,6 +74,19 @@ def true_layer_rank(scores: Array, norms: Array, true_layer: Array) -> Array:
     return np.asarray(1 + ahead)
 
 
+def replicate_ranks(scores: Array, norms: Array, true_layer: Array) -> Array:
+    """(R, N) ``true_layer_rank`` of every row (``scores`` (N, L)) under every replicate's
+    normalisers (``norms`` (R, L)): the same divisions and comparisons, in one pass each."""
+    positive = norms > 0
+    ratio = scores[None, :, :] / np.where(positive, norms, 1.0)[:, None, :]
+    if not positive.all():  # the zero-threshold convention, on the columns that need it
+        fill = np.where(scores > 0, np.inf, 0.0)
+        replicate, layer = np.nonzero(~positive)
+        ratio[replicate, :, layer] = fill[:, layer].T
+    true = ratio[:, np.arange(len(true_layer)), true_layer]
+    return np.asarray(1 + np.count_nonzero(ratio >= true[:, :, None], axis=-1) - 1)
+
+
 def summary(ranks: Array) -> dict[str, float]:
     """Top-1, top-3 accuracy and mean reciprocal rank of a set of ranks."""
     ranks = np.asarray(ranks, np.float64)

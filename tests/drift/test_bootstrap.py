@@ -73,6 +73,23 @@ def test_localisation_replicates_at_unit_weights_equal_the_point_estimate(
             assert nested[f"{kind}/{stat}"][1] == pytest.approx(point[kind][stat], abs=1e-6)
 
 
+def test_localisation_in_processes_adds_the_serial_loops_bits(
+        table: tuple[dict, dict], monkeypatch: pytest.MonkeyPatch) -> None:
+    cases, layers = table
+    rng = np.random.default_rng(11)
+    cal_counts = rng.multinomial(len(CAL), np.full(len(CAL), 1 / len(CAL)), size=30)
+    held_counts = rng.multinomial(len(HELD), np.full(len(HELD), 1 / len(HELD)), size=30)
+    found = {}
+    for cores in (1, 2):
+        monkeypatch.setattr(engine.os, "cpu_count", lambda cores=cores: cores)
+        found[cores] = engine.localisation_replicates(cases, layers, ["m0", "m1"], cal_counts,
+                                                      held_counts, CAL, HELD, chunk=7)
+    assert found[1].keys() == found[2].keys()
+    for key, value in found[1].items():
+        assert value.tobytes() == found[2][key].tobytes(), key
+    assert len({found[1]["direct/top1"].tobytes(), found[1]["direct/mrr"].tobytes()}) == 2
+
+
 def test_holm_decision_rule() -> None:
     rng = np.random.default_rng(0)
     up = rng.normal(5, 1, 1000)

@@ -7,6 +7,7 @@ import numpy as np
 from kit.drift.localise import (
     layer_scores,
     normalisers,
+    replicate_ranks,
     resampled_normalisers,
     summary,
     true_layer_rank,
@@ -56,3 +57,18 @@ def test_resampled_normalisers_match_per_replicate_rule() -> None:
     found = resampled_normalisers(clean, counts)
     for r in range(50):
         np.testing.assert_array_equal(found[r], normalisers(clean[draws[r]]))
+
+
+def test_replicate_ranks_are_true_layer_rank_under_each_replicates_norms() -> None:
+    rng = np.random.default_rng(5)
+    scores = rng.integers(0, 4, size=(40, 6)).astype(np.float64)  # ties and zeros
+    scores[::7] *= 1e-9
+    truth = rng.integers(0, 6, size=40)
+    norms = rng.choice([0.0, 0.5, 1.0, 2.0, 3.0], size=(9, 6))  # zero thresholds too
+    norms[0] = 0.0
+    norms[1] = 1.0
+    found = replicate_ranks(scores, norms, truth)
+    assert found.shape == (9, 40)
+    for r in range(9):
+        np.testing.assert_array_equal(found[r], true_layer_rank(scores, norms[r], truth))
+    np.testing.assert_array_equal(found, true_layer_rank(scores[None], norms[:, None, :], truth))
