@@ -24,7 +24,7 @@ import itertools
 import multiprocessing
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -96,10 +96,13 @@ def choose_releases(protocol: dict[str, Any], asked: list[str] | None) -> list[s
 def release_levels(runtimes: dict[str, Runtime], asked: list[str] | None,
                    backend: str | None) -> dict[str, dict[str, Any]]:
     """Each release's worker description and the levels swept on it; a level asked for
-    that a release lacks is a ConfigError before any job."""
+    that a release lacks is a ConfigError before any job. The workers answer (and missing
+    environments are built) up to one per core at a time."""
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        answers = list(pool.map(lambda runtime: describe_runtime(runtime, backend),
+                                runtimes.values()))
     described = {}
-    for release, runtime in runtimes.items():
-        said = describe_runtime(runtime, backend)
+    for (release, runtime), said in zip(runtimes.items(), answers, strict=True):
         offered = list(said["levels"])
         levels = offered if not asked else list(dict.fromkeys(asked))
         lacking = [level for level in levels if level not in offered]
