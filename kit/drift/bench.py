@@ -126,7 +126,7 @@ def stage_times(run_dir: Path, target_s: float, what: str) -> bool:
         return False
     found = read_json(path, f"delete {path} and rerun the stages")
     for stage, entry in found.items():
-        print(f"bench: {what}: {stage:12s} {entry['wall_s']:8.1f} s wall, {entry['cpu_s']:8.1f}"
+        print(f"bench: {what}: {stage:14s} {entry['wall_s']:8.1f} s wall, {entry['cpu_s']:8.1f}"
               f" s CPU, {100 * entry['utilisation']:5.1f}% of {entry['cores']} cores")
     total = sum(entry["wall_s"] for entry in found.values())
     cpu = sum(entry["cpu_s"] for entry in found.values())
