@@ -140,35 +140,46 @@ def build_images(base: str | None = None, names: list[str] | None = None,
                  manifest: Path = MANIFEST) -> dict[str, Any]:
     """Build the named runtimes' images (default: the two study runtimes; any
     ``ort-<release>`` too) and write the image manifest; returns it."""
-    chosen = {name: get_runtime(name) for name in (names or sorted(load_runtimes()))}
+    chosen = [get_runtime(name) for name in (names or sorted(load_runtimes()))]
     with _building(manifest):
-        record = _recorded(manifest)
-        recorded_base = record["base"]
-        if base is None and recorded_base and recorded_base.get("image") and \
-                image_id(recorded_base["image"]) is not None:
-            base_image, source = recorded_base["image"], recorded_base.get("source", "local")
-        else:
-            base_image, source = choose_base(base)
-        entries = record["runtimes"]
-        for name, runtime in chosen.items():
-            download_wheelhouse(runtime)
-            entries[name] = build_image(runtime, base_image)
-            print(f"images: {name}: {entries[name]['image']} {entries[name]['id']}",
-                  file=sys.stderr)
-        record = {"base": {"image": base_image, "id": image_id(base_image), "source": source},
-                  "runtimes": dict(sorted(entries.items()))}
-        write_atomic(manifest, canonical_json(record))
+        return _build(chosen, base, manifest)
+
+
+def _build(chosen: list[Runtime], base: str | None, manifest: Path) -> dict[str, Any]:
+    record = _recorded(manifest)
+    recorded_base = record["base"]
+    if base is None and recorded_base and recorded_base.get("image") and \
+            image_id(recorded_base["image"]) is not None:
+        base_image, source = recorded_base["image"], recorded_base.get("source", "local")
+    else:
+        base_image, source = choose_base(base)
+    entries = record["runtimes"]
+    for runtime in chosen:
+        download_wheelhouse(runtime)
+        entries[runtime.name] = build_image(runtime, base_image)
+        print(f"images: {runtime.name}: {runtime.image} {entries[runtime.name]['id']}",
+              file=sys.stderr)
+    record = {"base": {"image": base_image, "id": image_id(base_image), "source": source},
+              "runtimes": dict(sorted(entries.items()))}
+    write_atomic(manifest, canonical_json(record))
     return record
 
 
 def ensure_image(runtime: Runtime, manifest: Path = MANIFEST) -> None:
     """The runtime's image as this checkout's lock and worker make it: built here on first
-    use when it is absent or was built from another lock or worker (a build that fails is
-    an ImageError naming the runtime and the step)."""
+    use when it is absent or was built from another lock or worker, checked again under
+    the build lock so that two callers build it once (a build that fails is an ImageError
+    naming the runtime and the step)."""
     try:
         check_image(runtime)
         return
-    except ImageError as exc:
-        print(f"images: {runtime.name}: {exc}; building it now", file=sys.stderr)
-    build_images(names=[runtime.name], manifest=manifest)
+    except ImageError:
+        pass
+    with _building(manifest):
+        try:
+            check_image(runtime)  # another process built it while this one waited
+            return
+        except ImageError as exc:
+            print(f"images: {runtime.name}: {exc}; building it now", file=sys.stderr)
+        _build([runtime], None, manifest)
     check_image(runtime)

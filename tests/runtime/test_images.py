@@ -63,35 +63,51 @@ def test_manifest_records_the_images_that_exist() -> None:
 
 def test_an_absent_or_stale_image_is_built_once_and_then_checked(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    built: list[list[str] | None] = []
+    built: list[list[str]] = []
     state = {"fresh": False}
 
     def check(runtime: object) -> None:
         if not state["fresh"]:
             raise ImageError("image kit-ort:1.17.3 is not built here")
 
-    def build(base: str | None = None, names: list[str] | None = None,
-              manifest: Path = images.MANIFEST) -> dict[str, object]:
-        built.append(names)
+    def build(chosen: list, base: str | None, manifest: Path) -> dict[str, object]:
+        built.append([runtime.name for runtime in chosen])
+        assert manifest == tmp_path / "images.json"
         state["fresh"] = True
         return {}
 
     monkeypatch.setattr(images, "check_image", check)
-    monkeypatch.setattr(images, "build_images", build)
+    monkeypatch.setattr(images, "_build", build)
     runtime = get_runtime("ort-1.17.3")
-    images.ensure_image(runtime)
-    images.ensure_image(runtime)  # now current: no second build
+    images.ensure_image(runtime, tmp_path / "images.json")
+    images.ensure_image(runtime, tmp_path / "images.json")  # now current: no second build
     assert built == [["ort-1.17.3"]]
+    assert (tmp_path / ".images.json.build-lock").is_file()
 
 
-def test_a_build_that_leaves_a_stale_image_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_caller_that_waited_for_the_lock_does_not_build_again(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    answers = iter([ImageError("image kit-ort:1.17.3 is not built here"), None, None])
+
+    def check(runtime: object) -> None:  # absent, then built by the lock's holder
+        answer = next(answers)
+        if answer is not None:
+            raise answer
+
+    monkeypatch.setattr(images, "check_image", check)
+    monkeypatch.setattr(images, "_build", lambda *a: pytest.fail("built twice"))
+    images.ensure_image(get_runtime("ort-1.17.3"), tmp_path / "images.json")
+
+
+def test_a_build_that_leaves_a_stale_image_is_an_error(monkeypatch: pytest.MonkeyPatch,
+                                                        tmp_path: Path) -> None:
     def check(runtime: object) -> None:
         raise ImageError("image kit-ort:1.17.3 was built from a different ort-1.17.3.lock")
 
     monkeypatch.setattr(images, "check_image", check)
-    monkeypatch.setattr(images, "build_images", lambda **kwargs: {})
+    monkeypatch.setattr(images, "_build", lambda *a: {})
     with pytest.raises(ImageError, match=r"built from a different ort-1\.17\.3\.lock"):
-        images.ensure_image(get_runtime("ort-1.17.3"))
+        images.ensure_image(get_runtime("ort-1.17.3"), tmp_path / "images.json")
 
 
 def test_the_manifest_keeps_only_entries_whose_images_exist(
