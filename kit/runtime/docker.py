@@ -15,13 +15,9 @@ Debian's packages with debootstrap (``tools/base-image.sh``) and the manifest sa
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +25,7 @@ from kit.errors import ImageError
 from kit.paths import ROOT
 from kit.runtime.backends import check_image, worker_sha256
 from kit.runtime.runtimes import Runtime, get_runtime, load_runtimes
-from kit.runtime.venvs import failure_tail
+from kit.runtime.venvs import _building, failure_tail  # one build lock for both backends
 from kit.runtime.worker import canonical_json, write_atomic
 
 OFFICIAL_BASE = "python:3.11-slim-bookworm"
@@ -120,20 +116,6 @@ def _recorded(manifest: Path) -> dict[str, Any]:
     kept = {name: entry for name, entry in entries.items()
             if isinstance(entry, dict) and image_id(str(entry.get("image"))) == entry.get("id")}
     return {"base": base if isinstance(base, dict) else None, "runtimes": kept}
-
-
-@contextlib.contextmanager
-def _building(manifest: Path) -> Iterator[None]:
-    """One image build at a time on this machine (two Dask workers asking for the same
-    image build it once): an exclusive lock beside the manifest."""
-    manifest.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(manifest.parent / f".{manifest.name}.build-lock", os.O_RDWR | os.O_CREAT,
-                 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def build_images(base: str | None = None, names: list[str] | None = None,
