@@ -6,15 +6,19 @@ and the root digest over everything verify checks.
     check_manifests   every problem between the manifests and the files (collected)
     hash_problems     one listed file against its sha256
     root_digest       one sha256 over every covered file (``ROOT_SCOPE``)
+    code_files        the code that recomputes and grades (verify's import closure)
+    roots             the evidence root, the code root and the combined root
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import kit
 from kit.drift import assets
 from kit.errors import KitError
 from kit.files import canonical_json, plain_files, read_json, sha256, write_atomic
@@ -160,13 +164,83 @@ ROOT_SCOPE = ("manifests/*.json", "claims/**/*", "kit/schemas/*.json", "kit/scim
 
 
 def root_digest(root: Path) -> str:
-    """One sha256 over everything verify checks: the canonical JSON of every covered file's
-    path (relative to root) and sha256 (``unreadable`` for a file that cannot be read,
-    which the checks name). Published out of band (the README), it pins the whole chain:
-    a value rewritten with every hash below it updated changes it."""
+    """The evidence root: one sha256 over the data verify checks, the canonical JSON of
+    every covered file's path (relative to root) and sha256 (``unreadable`` for a file
+    that cannot be read, which the checks name). Published out of band (the README), it
+    pins the whole chain: a value rewritten with every hash below it updated changes it."""
     files = {relative(p, root): _digest_or_unreadable(p)
              for pattern in ROOT_SCOPE for p in root.glob(pattern)
              if p.is_file() and relative(p, root) not in EXEMPT}
+    return _digest(files)
+
+
+# Where verify's code starts: the checks and the page, and the command line that runs them.
+CODE_ENTRIES = ("kit.claims.verify", "kit.claims.page")
+CODE_FILES = ("kit/__init__.py", "kit/__main__.py")
+
+
+def code_files() -> dict[str, Path]:
+    """The code that recomputes and grades, as it runs: every ``kit`` module verify and the
+    claims page import, at module level or inside a function (their import closure, read
+    from the source, so it does not depend on which lazy imports ran), the packages that
+    hold them, and ``kit/__main__.py``; keyed by ``kit/...`` path. ``pyproject.toml`` is
+    added by ``code_digest``."""
+    package = Path(kit.__file__).resolve().parent
+    found: dict[str, Path] = {name: package.parent / name for name in CODE_FILES}
+    todo = list(CODE_ENTRIES)
+    while todo:
+        module = todo.pop()
+        path = _module_path(package, module)
+        name = relative(path, package.parent)
+        if name in found and module not in CODE_ENTRIES:
+            continue
+        found[name] = path
+        parts = module.split(".")
+        for depth in range(2, len(parts)):
+            init = package.joinpath(*parts[1:depth], "__init__.py")
+            found[relative(init, package.parent)] = init
+        todo += [m for m in _kit_imports(path) if relative(_module_path(package, m),
+                                                             package.parent) not in found]
+    return dict(sorted(found.items()))
+
+
+def _module_path(package: Path, module: str) -> Path:
+    folder = package.joinpath(*module.split(".")[1:])
+    init = folder / "__init__.py"
+    return init if init.is_file() else folder.with_suffix(".py")
+
+
+def _kit_imports(path: Path) -> list[str]:
+    """Every ``kit`` module a source file imports, anywhere in it."""
+    package = Path(kit.__file__).resolve().parent
+    found = []
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "kit"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
+                node.module.split(".")[0] == "kit":
+            found.append(node.module)
+            # ``from kit.drift import assets`` imports the module kit.drift.assets
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if _module_path(package, f"{node.module}.{a.name}").is_file()]
+    return found
+
+
+def code_digest(root: Path) -> str:
+    """The code root: one sha256 over ``code_files`` and ``pyproject.toml``."""
+    files = {name: _digest_or_unreadable(path) for name, path in code_files().items()}
+    files["pyproject.toml"] = _digest_or_unreadable(root / "pyproject.toml")
+    return _digest(files)
+
+
+def roots(root: Path) -> dict[str, str]:
+    """The evidence root, the code root, and the root over both (``--expect-root``)."""
+    evidence, code = root_digest(root), code_digest(root)
+    combined = hashlib.sha256(canonical_json({"code": code, "evidence": evidence})).hexdigest()
+    return {"evidence": evidence, "code": code, "combined": combined}
+
+
+def _digest(files: dict[str, str]) -> str:
     return hashlib.sha256(canonical_json({"files": dict(sorted(files.items()))})).hexdigest()
 
 

@@ -16,7 +16,11 @@ another recomputed quantity ``than``, typically the value the run recorded); ``w
 Each rule grants one kind of agreement when it passes (``GRADES``, overridable per rule
 with ``grade``), and the status of a claim on a substrate says which kind it is:
 
-    reproduced            the published value itself at its printed precision
+    reproduced            a measured value equal to the published value at its printed
+                          precision
+    by design             equal to the published value because the kit was built to the
+                          paper's design (counts of mutants, trials, images, structural
+                          checks, gate decisions the cards fix); never counted as reproduced
     direction reproduced  a stand-in substrate shows the finding the number supports
     direction reversed    that finding does not hold on the stand-in
     described             the number describes the stand-in; shown beside the paper's
@@ -31,6 +35,21 @@ with ``grade``), and the status of a claim on a substrate says which kind it is:
 A rule with a ``finding`` (the paper's direction, kept where it was not what the rule
 first decided) takes its status from the finding; its own rule (an interval or an
 agreement with the run's record) must still pass, else the claim ``differs``.
+
+A printed pair (precision/recall, both ends of an interval) is graded on every half: the
+rule grades the first half and each of its ``parts`` (its own ``label``, printed ``value``
+and ``compute``) another; the row's status is the weakest half's (``RANK``).
+
+Every threshold a deciding rule compares against carries its ``threshold`` source:
+``paper`` (with the line it is printed on), ``boundary`` (a natural boundary: zero, one,
+a sign) or ``kit`` (the kit's own choice, with its reason).
+
+A hypothesis (grade ``hypothesis``) is decided by its decision rule as first committed,
+before any of its evidence; a later revision is its ``revised`` rule (with the
+``revision``: commit, date, why, and whether evidence existed), decided and shown beside,
+never in its place. A hypothesis that follows from the study's own selection rule or
+whose inputs were read off the kit's own run is ``not_a_finding`` (with why): it is
+graded as internal consistency.
 """
 
 from __future__ import annotations
@@ -67,8 +86,12 @@ SCHEMA = schema.SCHEMAS / "claim_ledger.schema.json"
 OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
        "eq": operator.eq}
 WORDS = {"lt": "below", "le": "at most", "gt": "above", "ge": "at least", "eq": "equal to"}
-STATUSES = ("reproduced", "direction reproduced", "direction reversed", "described",
+STATUSES = ("reproduced", "by design", "direction reproduced", "direction reversed", "described",
             "consistent", "hypothesis holds", "hypothesis fails", "differs", "not run here")
+# The weakest half decides a row graded on several halves (a printed pair).
+RANK = {"differs": 0, "direction reversed": 1, "hypothesis fails": 1, "described": 2,
+        "consistent": 3, "hypothesis holds": 4, "direction reproduced": 4, "by design": 5,
+        "reproduced": 6}
 CONSTANTS = {"drift.constant", "sciml.constant_value"}
 # The statuses that claim agreement with the paper: each such rule must be able to fail.
 AGREEMENT = ("reproduced", "direction reproduced")
@@ -111,7 +134,8 @@ def _bind(spec: dict[str, Any], where: str) -> None:
 def _specs(claim: dict[str, Any]) -> list[dict[str, Any]]:
     found = [claim["compute"]] if "compute" in claim else []
     for rule in claim.get("rules", {}).values():
-        for part in (rule, rule.get("finding", {})):
+        for part in (rule, rule.get("finding", {}), rule.get("revised", {}),
+                     *rule.get("parts", ())):
             found += [part[k] for k in ("than", "interval", "compute", "requires")
                       if k in part]
     return found
@@ -186,6 +210,8 @@ def grade(rule: dict[str, Any]) -> str:
     """What kind of agreement a rule grants when it passes: its ``grade``, else by kind,
     except that a point inside a fixed interval (or a fixed point inside an interval) is
     a finding's direction, not a point inside its own interval."""
+    if "not_a_finding" in rule:
+        return "consistency"
     if "grade" in rule:
         return str(rule["grade"])
     if rule["rule"] == "within" and CONSTANTS & {rule["interval"]["function"],
@@ -201,8 +227,8 @@ def status(rule_grade: str, passed: bool, paper: bool) -> str:
     if rule_grade == "hypothesis":
         return "hypothesis holds" if passed else "hypothesis fails"
     if passed:
-        return {"value": "reproduced", "direction": "direction reproduced",
-                "consistency": "consistent"}[rule_grade]
+        return {"value": "reproduced", "design": "by design",
+                "direction": "direction reproduced", "consistency": "consistent"}[rule_grade]
     if rule_grade == "direction" and not paper:
         return "direction reversed"
     return "differs"
@@ -250,10 +276,12 @@ class Outcome:
     effect: dict[str, Any] | None = None
     evidence: tuple[str, ...] = ()
     evidence_folder: str = ""
+    thresholds: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         found = dict(self.__dict__)
         found["evidence"] = list(self.evidence)
+        found["thresholds"] = list(self.thresholds)
         return found
 
 
@@ -326,15 +354,16 @@ def _failed(ids: list[str], substrate: str, why: str) -> str:
     return f"{len(ids)} claims ({substrate}: {ids[0]} .. {ids[-1]}): {why}"
 
 
+MET = {True: " (met)", False: " (not met)"}
+
+
 def _decide_claim(claim: dict[str, Any], rule: dict[str, Any], evidence: Any, paper: bool,
                   base: dict[str, Any], where: dict[str, Any]) -> Outcome:
     published = claim.get("value")
     value = call(rule.get("compute", claim["compute"]), evidence)
     passed, shown = decide(rule, value, published, evidence)
     verdict = status(grade(rule), passed, paper)
-    met = {True: " (met)", False: " (not met)"}
-    if rule["rule"] == "describe":
-        met = {True: ""}
+    met = {True: ""} if rule["rule"] == "describe" else MET
     words, note = f"{rule['rule']}: {shown}{met[passed]}", rule["reason"]
     if "compute" in rule:
         words = f"{rule['rule']}: {_name(rule['compute'])} = {_show(value)} {shown}{met[passed]}"
@@ -346,11 +375,51 @@ def _decide_claim(claim: dict[str, Any], rule: dict[str, Any], evidence: Any, pa
         # other match is a direction, and a miss on a stand-in is a reversed direction
         finding_grade = "value" if grade(finding) == "value" else "direction"
         verdict = status(finding_grade if kept else "direction", kept, paper)
-        words = f"finding {finding['rule']}: {_show(found)} {said}{met[kept]}; and {words}"
+        words = f"finding {finding['rule']}: {_show(found)} {said}{MET[kept]}; and {words}"
         note = finding["reason"]
+    if "not_a_finding" in rule:
+        note = f"not a finding: {rule['not_a_finding']}; {note}"
+    for part in rule.get("parts", ()):
+        part_verdict, part_words = _decide_part(part, evidence, paper)
+        verdict = min(verdict, part_verdict, key=RANK.__getitem__)
+        words += f"; {part_words} [{part_verdict}]"
+    if "revised" in rule:
+        words += "; " + _revised(rule["revised"], claim, evidence)
     kit_value = value if "compute" not in rule else call(claim["compute"], evidence)
     return Outcome(**base, **where, recomputed=_show(kit_value), rule=words, status=verdict,
-                   note=note, effect=effect(published, kit_value))
+                   note=note, effect=effect(published, kit_value),
+                   thresholds=tuple(thresholds(rule)))
+
+
+def _decide_part(part: dict[str, Any], evidence: Any, paper: bool) -> tuple[str, str]:
+    """One more half of a printed pair: its status and what it compared, in words."""
+    value = call(part["compute"], evidence)
+    passed, shown = decide(part, value, part["value"], evidence)
+    return (status(grade(part), passed, paper),
+            f"{part['label']} {_show(value)} (paper {_show(part['value'])}): "
+            f"{part['rule']} {shown}{MET[passed]}")
+
+
+def _revised(revised: dict[str, Any], claim: dict[str, Any], evidence: Any) -> str:
+    """A later revision of a hypothesis's rule, decided and shown beside the frozen one."""
+    found = call(revised.get("compute", claim["compute"]), evidence)
+    kept, said = decide(revised, found, claim.get("value"), evidence)
+    revision = revised["revision"]
+    return (f"revised rule ({revision['commit']}, {revision['date']}; evidence existed: "
+            f"{'yes' if revision['evidence_existed'] else 'no'}): {_show(found)} {said}"
+            f" -> {status(grade(revised), kept, False)} (shown beside; the frozen rule "
+            "decides)")
+
+
+def thresholds(rule: dict[str, Any]) -> list[str]:
+    """Where every threshold of a rule (its finding, halves and revision) comes from."""
+    found = []
+    for part in (rule, rule.get("finding"), *rule.get("parts", ()), rule.get("revised")):
+        if part is not None and "threshold" in part:
+            source = part["threshold"]
+            detail = source.get("line") or source.get("why")
+            found.append(f"{source['source']}: {detail}")
+    return found
 
 
 _CACHE: dict[Path, Any] = {}

@@ -24,7 +24,11 @@ from kit.files import write_atomic
 # colours (background, text) and one sentence for the legend.
 STATUSES: dict[str, tuple[str, str, str]] = {
     "reproduced": ("#1e7b34", "#ffffff",
-                   "the published value itself, at its printed precision."),
+                   "a measured value equal to the published value at its printed precision."),
+    "by design": ("#2f6f73", "#ffffff",
+                  "equal to the published value because the kit was built to the paper's "
+                  "design (counts of mutants, trials, images; structural checks): never "
+                  "counted as reproduced."),
     "direction reproduced": ("#9bd39b", "#10361a",
                              "on a stand-in substrate the finding the number supports holds "
                              "(the kit's effect is shown beside the paper's)."),
@@ -134,6 +138,11 @@ def _evidence(claim: dict[str, Any], root_href: str) -> str:
     return "".join(links)
 
 
+def _sources(claim: dict[str, Any]) -> str:
+    found = claim.get("thresholds") or []
+    return "".join(f'<div class="note">threshold from {_e(t)}</div>' for t in found)
+
+
 COLUMNS = ("claim", "statement", "substrate", "published", "recomputed", "rule", "status",
            "kit vs paper", "evidence")
 
@@ -143,7 +152,7 @@ def _row(claim: dict[str, Any], root_href: str) -> str:
     note = claim.get("note") or ""
     cells = [f'<a href="#{_e(anchor)}">{_e(claim["claim"])}</a>', _e(claim.get("statement", "")),
              _e(claim["substrate"]), _e(claim.get("published", "")),
-             _e(claim.get("recomputed", "")), _e(claim.get("rule", "")),
+             _e(claim.get("recomputed", "")), _e(claim.get("rule", "")) + _sources(claim),
              _badge(claim.get("status", "")) + (f'<div class="note">{_e(note)}</div>'
                                                 if note else ""),
              _e(effect_text(claim.get("effect"))), _evidence(claim, root_href)]

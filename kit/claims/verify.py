@@ -38,7 +38,7 @@ from kit.claims.coverage import (
     hash_problems,
     read_shipped,
     relative,
-    root_digest,
+    roots,
 )
 from kit.claims.ledger import STATUSES, Outcome, clear_cache, evaluate, load_ledger
 from kit.drift.protocol import load_protocol
@@ -264,9 +264,12 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
         return 1
     problems: list[str] = []
     outcomes = evaluate_all(root, ledger_paths, problems)
-    digest = root_digest(root)
+    found_roots = roots(root)
+    digest = found_roots["combined"]
     if expect_root is not None and expect_root.lower() != digest:
-        problems.append(f"root digest {digest} differs from the expected {expect_root}")
+        problems.append(f"root digest {digest} differs from the expected {expect_root} "
+                        f"(evidence root {found_roots['evidence']}, code root "
+                        f"{found_roots['code']})")
     print_outcomes(outcomes)
     for problem in problems:
         print(f"verify: FAIL {problem}", file=sys.stderr)
@@ -281,7 +284,8 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
               + ", ".join(reversed_))
     if differing:
         print(f"verify: {len(differing)} claims differ: " + ", ".join(differing))
-    report = {"ok": ok, "root": digest, "strict_findings": strict_findings,
+    report = {"ok": ok, "root": digest, "roots": found_roots,
+              "strict_findings": strict_findings,
               "problems": problems, "counts": counts,
               "claims": [o.as_dict() for o in outcomes]}
     validate_report(report)
@@ -293,6 +297,10 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
         print(f"verify: claims page {write_page(report, page)}")
     for study, found in counts.items():
         print(f"verify: {study}: " + ", ".join(f"{n} {s}" for s, n in found.items() if n))
+    print(f"verify: evidence root {found_roots['evidence']} (ledgers, evidence, manifests, "
+          "schemas, MR cards, protocols, locks)")
+    print(f"verify: code root {found_roots['code']} (the kit modules verify imports, "
+          "pyproject.toml)")
     print(f"verify: {len(outcomes)} claim checks, {len(problems)} failed checks, "
           f"{time.monotonic() - start:.1f} s; root {digest}; {'OK' if ok else 'FAILED'}")
     return 0 if ok else 1

@@ -102,7 +102,7 @@ def test_counts_table_and_ok_page(tmp_path: Path) -> None:
     drift_row = re.search(r"<tr><th>drift</th>(.*?)</tr>", text)
     assert drift_row is not None
     cells = re.findall(r'<td class="num">(\d+)</td>', drift_row.group(1))
-    assert cells == ["1", "1", "1", "1", "0", "0", "0", "0", "1", "5"]
+    assert cells == ["1", "0", "1", "1", "1", "0", "0", "0", "0", "1", "5"]
 
 
 def test_effect_text() -> None:

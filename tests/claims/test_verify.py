@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import yaml
 
-from kit.claims.coverage import root_digest, write_manifests
+from kit.claims.coverage import roots, write_manifests
 from kit.claims.ledger import Outcome, evaluate, load_ledger
 from kit.claims.ship import ship
 from kit.claims.verify import (
@@ -96,10 +96,11 @@ def test_shipped_tiny_evidence_verifies(shipped: Path, tmp_path: Path,
     assert verify(root, json_out=tmp_path / "out.json") == 0
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["counts"] == {"drift": {
-        "reproduced": 2, "direction reproduced": 3, "direction reversed": 0, "described": 0,
+        "reproduced": 2, "by design": 0, "direction reproduced": 3, "direction reversed": 0, "described": 0,
         "consistent": 0, "hypothesis holds": 0, "hypothesis fails": 0, "differs": 0,
         "not run here": 2}}
-    assert out["root"] == root_digest(root)
+    assert out["root"] == roots(root)["combined"]
+    assert out["roots"] == roots(root)
     printed = capsys.readouterr().out
     assert "T-001    digits" in printed
     assert {c["status"] for c in out["claims"]} == {"reproduced", "direction reproduced",
@@ -341,7 +342,7 @@ def _rewrite_a_case_value(root: Path) -> None:
 def test_a_value_rewritten_with_every_hash_updated_fails_only_against_the_root(
         shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = fresh(shipped, tmp_path)
-    published = root_digest(root)
+    published = roots(root)["combined"]
     assert verify(root, expect_root=published) == 0
     _rewrite_a_case_value(root)
     capsys.readouterr()
@@ -373,9 +374,9 @@ def test_the_readme_publishes_the_root_of_the_shipped_evidence() -> None:
     import re
 
     text = (ROOT / "README.md").read_text()
-    roots = set(re.findall(r"--expect-root ([0-9a-f]{64})", text))
-    roots |= set(re.findall(r"root ([0-9a-f]{64}); OK", text))
-    assert roots == {root_digest(ROOT)}
+    found = set(re.findall(r"--expect-root ([0-9a-f]{64})", text))
+    found |= set(re.findall(r"root ([0-9a-f]{64}); OK", text))
+    assert found == {roots(ROOT)["combined"]}
 
 
 # -- the shipped repository, copied: python -m kit verify run in the copy checks the copy
@@ -390,6 +391,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("repository")
     for name in COPIED:
         shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
     return root
 
 
@@ -422,10 +424,36 @@ def _insert_byte(path: Path, byte: bytes = b"\xff") -> int:
 
 def test_the_copied_repository_verifies_with_the_published_root(repository: Path,
                                                                 tmp_path: Path) -> None:
-    proc = run_verify(repo_copy(repository, tmp_path), "--expect-root", root_digest(ROOT))
+    published = roots(ROOT)["combined"]
+    proc = run_verify(repo_copy(repository, tmp_path), "--expect-root", published)
     assert failures(proc) == []
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1].endswith(f"root {root_digest(ROOT)}; OK")
+    assert proc.stdout.splitlines()[-1].endswith(f"root {published}; OK")
+
+
+def test_a_one_line_edit_of_the_grading_code_changes_the_root(repository: Path,
+                                                             tmp_path: Path) -> None:
+    """The combined root covers the code that grades: a reversal turned into a reproduced
+    direction by one line of kit/claims/ledger.py fails --expect-root, with the evidence
+    root unchanged."""
+    copy = repo_copy(repository, tmp_path)
+    ledger = copy / "kit/claims/ledger.py"
+    text = ledger.read_text()
+    line = '    if rule_grade == "direction" and not paper:\n        return "direction reversed"\n'
+    assert line in text
+    ledger.write_text(text.replace(line, line.replace('"direction reversed"',
+                                                      '"direction reproduced"')))
+    published = roots(ROOT)
+    proc = run_verify(copy, "--expect-root", published["combined"])
+    assert proc.returncode == 1
+    [failure] = failures(proc)
+    assert f"differs from the expected {published['combined']}" in failure
+    assert f"evidence root {published['evidence']}" in failure
+    assert f"code root {published['code']}" not in failure
+    pyproject = copy / "pyproject.toml"
+    ledger.write_text(text)
+    pyproject.write_text(pyproject.read_text() + "\n")
+    assert run_verify(copy, "--expect-root", published["combined"]).returncode == 1
 
 
 @pytest.mark.parametrize(("name", "decided"), [
