@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from collections.abc import Callable
@@ -379,6 +380,19 @@ def main(argv: list[str] | None = None) -> int:
     except KitError as exc:
         print(f"kit: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a path the user gave: too long, unwritable, a folder, ...
+        print(f"kit: error: {path_problem(exc)}", file=sys.stderr)
+        return 2
+
+
+def path_problem(exc: OSError) -> str:
+    """An operating-system error on a path, in words naming the path (no traceback)."""
+    names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
+    where = " -> ".join(names) if names else "a file the command reads or writes"
+    what = exc.strerror or str(exc)
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR) and names and Path(names[0]).is_file():
+        what = "is a file where a folder is needed"
+    return f"{where}: {what}; check the path and its folder's permissions"
 
 
 if __name__ == "__main__":

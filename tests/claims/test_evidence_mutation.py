@@ -1,0 +1,147 @@
+"""Mutation at the evidence level: shipped evidence edited the way the opposite finding
+would look, every hash below the root updated consistently, and verify run on it.
+
+The guard in ``test_claims`` mutates the recomputed value; a rule that follows from how
+the kit selected its own data passes that guard. Here the raw evidence itself changes
+(scores swapped between detectors, a count changed, a ratio moved just past its
+threshold while the record still flags it detected, a case's deviation moved inside the
+clean band), every integrity check still passes, and each kind of decisive rule must
+change its status.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kit.claims.coverage import write_manifests
+from kit.claims.verify import verify
+from kit.drift.analysis import CLEAN, HELDOUT
+from kit.files import canonical_json, load_npz, sha256, write_npz
+from kit.paths import ROOT
+
+DRIFT = "claims/drift/evidence/digits"
+SCIML = "claims/sciml/evidence/kit"
+COPIED = ("claims", "manifests", "locks")
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("shipped")
+    for name in COPIED:
+        shutil.copytree(ROOT / name, root / name)
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(canonical_json(data).decode())
+
+
+def rehash(root: Path, folder: Path) -> None:
+    """Update every hash below the root after an edit in one evidence folder: the score
+    record's table, layer and summary entries, the run manifest, the replay record's
+    manifest sha256 and the sha256 manifests."""
+    record_path = folder / "score" / "score.json"
+    if record_path.is_file():
+        record = json.loads(record_path.read_text())
+        entries = [*record["tables"].values(),
+                   *(record[k] for k in ("layers", "clean_logits", "summary"))]
+        for entry in entries:
+            entry["sha256"] = sha256(folder / entry["path"])
+        _write_json(record_path, record)
+    manifest_path = folder / "run-manifest.json"
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text())
+        manifest["files"] = {name: sha256(folder / name) if (folder / name).is_file()
+                             else digest for name, digest in manifest["files"].items()}
+        _write_json(manifest_path, manifest)
+        replay = folder / "replay.json"
+        if replay.is_file():
+            data = json.loads(replay.read_text())
+            data["first_manifest_sha256"] = sha256(manifest_path)
+            _write_json(replay, data)
+    write_manifests(root)
+
+
+def verified(root: Path, tmp_path: Path) -> dict[tuple[str, str], str]:
+    """verify on ``root``: every integrity check must pass; status per (claim, substrate)."""
+    out = tmp_path / "verify.json"
+    verify(root, json_out=out)
+    report = json.loads(out.read_text())
+    assert report["problems"] == []
+    return {(c["claim"], c["substrate"]): c["status"] for c in report["claims"]}
+
+
+def _edit_primary_table(root: Path, edit: Callable[[dict[str, np.ndarray]], None]) -> None:
+    folder = root / DRIFT
+    path = folder / "score/cases/cand-rot10-bilinear.npz"
+    table = load_npz(path)
+    edit(table)
+    write_npz(path, table)
+    rehash(root, folder)
+
+
+def _swap_scores(table: dict[str, np.ndarray]) -> None:
+    """Direct L2 and metamorphic contrast scores exchanged on every case: the paper's
+    finding (metamorphic contrast detects less) turned around."""
+    table["metamorphic"], table["e_o_norm"] = table["e_o_norm"].copy(), \
+        table["metamorphic"].copy()
+
+
+def _flag_clean_heldout(table: dict[str, np.ndarray]) -> None:
+    """Every clean held-out case scored far above any calibration score: the clean
+    false-alarm count the paper bounds becomes every clean case."""
+    clean_held = (table["fault"] == CLEAN) & (table["role"] == HELDOUT)
+    assert clean_held.sum() == 900
+    table["metamorphic"] = np.where(clean_held, 1e6, table["metamorphic"])
+
+
+@pytest.fixture
+def copy(repository: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "repo"
+    shutil.copytree(repository, target)
+    return target
+
+
+def test_the_shipped_copy_verifies_with_its_statuses(copy: Path, tmp_path: Path) -> None:
+    statuses = verified(copy, tmp_path)
+    assert statuses[("A-114", "digits")] == "direction reproduced"
+    assert statuses[("A-029", "digits")] == "by design"
+
+
+def test_swapped_scores_reverse_every_comparison_and_sign(copy: Path, tmp_path: Path
+                                                          ) -> None:
+    """compare (a measured quantity against another), sign, true (per model), and a value
+    rule (the share of negative replicates) each change."""
+    _edit_primary_table(copy, _swap_scores)
+    statuses = verified(copy, tmp_path)
+    assert statuses[("A-114", "digits")] == "direction reversed"  # compare: TPR below
+    assert statuses[("A-118", "digits")] == "direction reversed"  # compare: TPR above
+    assert statuses[("A-052", "digits")] == "direction reversed"  # sign: negative
+    assert statuses[("A-071", "digits")] == "direction reversed"  # true: on every model
+    assert statuses[("A-060", "digits")] == "differs"  # value: every replicate negative
+
+
+def test_clean_cases_flagged_break_the_false_alarm_bound(copy: Path, tmp_path: Path) -> None:
+    """compare against a constant: at most 27 clean held-out alarms."""
+    _edit_primary_table(copy, _flag_clean_heldout)
+    statuses = verified(copy, tmp_path)
+    assert statuses[("A-050", "digits")] == "direction reversed"
+
+
+def test_a_changed_design_count_differs(copy: Path, tmp_path: Path) -> None:
+    """A by-design count that does not match the paper's design is a misbuilt kit."""
+    folder = copy / DRIFT
+    record = json.loads((folder / "fault/fault.json").read_text())
+    record["faults"] = record["faults"][:-1]
+    _write_json(folder / "fault/fault.json", record)
+    rehash(copy, folder)
+    statuses = verified(copy, tmp_path)
+    assert statuses[("A-029", "digits")] == "differs"
