@@ -187,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _replay(args: argparse.Namespace) -> int:
     from kit.drift.protocol import PROTOCOL, load_protocol, write_small_protocol
-    from kit.drift.replay import prepare
+    from kit.drift.replay import check_target, prepare
     from kit.drift.stages.pipeline import STAGES, finished, reproduce
     from kit.runfolder import Run, default_run
     from kit.runlock import hold
@@ -202,6 +202,7 @@ def _replay(args: argparse.Namespace) -> int:
     if unknown:
         raise KitError(f"unknown stages {unknown}; stages: {STAGES}")
     target = first.with_name(first.name + "-replay")
+    check_target(target)  # before anything is made: a folder the kit did not make is refused
     with hold(first, create=args.small):
         if args.small:
             protocol = write_small_protocol(first.with_name(first.name + "-protocol.yaml"))
@@ -210,11 +211,7 @@ def _replay(args: argparse.Namespace) -> int:
             print(f"replay: no finished first run in {first}; running the small "
                   "configuration there first (resuming what it holds)")
             reproduce(run_dir=first, **options)
-        # Refused at once while another command runs in the replay folder; prepare
-        # deletes that folder, its lock file too, so reproduce takes its lock again.
-        with hold(target):
-            pass
-        prepare(first, target, stages, STAGES)
+        prepare(first, target, stages, STAGES)  # refused while a command holds the target
         ordered = tuple(s for s in STAGES if s in stages)
         reproduce(ordered, run_dir=target, **options)
         return _report_replay(first, target)

@@ -15,10 +15,11 @@ Not hashed (run metadata, not results): ``<run>/timings.json`` (wall time per st
 command holding the folder), ``<run>/run.json`` (the sha256 of the protocol the folder was
 started with; ``kit/runlock.py``), ``<run>/training-cache.json`` (the digits
 models' training-cache keys, which hash the training code, and whether each came from the
-cache), temporaries (``*.tmp``, removed when a command
-takes the folder), ``<run>/steps/`` (the SciML pipeline's per-step state) and
-``<run>/report/`` (tables, figures and the HTML page, which show the
-timings and the machine), so a replay compares results only.
+cache), temporaries (``.NAME.tmp`` and ``.NAME.<random>.tmp``, the kit's own temporary
+names, removed when a command takes the folder; ``TEMPORARY_NAME``), ``<run>/.kit-replay``
+(the mark of a replay folder the kit made, ``kit/drift/replay.py``), ``<run>/steps/`` (the
+SciML pipeline's per-step state) and ``<run>/report/`` (tables, figures and the HTML page,
+which show the timings and the machine), so a replay compares results only.
 
 A stage's record (``<stage>/<stage>.json``) is written last and removed when the stage
 starts, so it marks a stage that finished: a killed stage leaves none.
@@ -27,6 +28,7 @@ starts, so it marks a stage that finished: a killed stage leaves none.
 from __future__ import annotations
 
 import os
+import re
 import resource
 import sys
 import time
@@ -46,11 +48,22 @@ LOCK = ".lock"
 RUN_STATE = "run.json"
 TRAINING_CACHE = "training-cache.json"  # the digits models' cache keys (code hashes)
 TEMPORARY = ".tmp"  # the suffix of every temporary name a writer renames into place
+# The kit's own temporary names: write_atomic's ``.NAME.<random>.tmp`` (tempfile.mkstemp),
+# the exporter's ``.NAME.tmp``; a ``*.tmp`` file of any other name is not the kit's.
+TEMPORARY_NAME = re.compile(r"\.[^/\\]+\.tmp")
+REPLAY_MARK = ".kit-replay"  # written by the kit into a replay folder it makes
 # Run metadata beside the results, never inside the run manifest.
 CPU_TIMES = "cpu.json"  # per stage: wall and CPU seconds, cores, utilisation (nox -s bench)
-UNHASHED = (MANIFEST, TIMINGS, MACHINE, REPLAY, LOCK, RUN_STATE, TRAINING_CACHE, CPU_TIMES)
+UNHASHED = (MANIFEST, TIMINGS, MACHINE, REPLAY, LOCK, RUN_STATE, TRAINING_CACHE, CPU_TIMES,
+            REPLAY_MARK)
 STEPS_DIR = "steps"  # the SciML pipeline's per-step state (kit/sciml/pipeline.py)
 UNHASHED_DIRS = ("report", STEPS_DIR)
+# A name read out of a run's records (a substrate, a table path, an evidence file, a run
+# manifest entry): a relative POSIX path of plain segments. NAME_MAX bounds a segment (the
+# file system's limit), PATH_MAX the whole (the longest shipped name is under 100).
+PLAIN_SEGMENT = re.compile(r"[A-Za-z0-9_+=@,-][A-Za-z0-9._+=@,-]*")
+NAME_MAX = 255
+PATH_MAX = 1024
 
 
 @dataclass(frozen=True)
@@ -79,6 +92,12 @@ class Run:
             raise FileFormatError(f"{path}: not a JSON object; {fix}")
         return record
 
+    def listed(self, stage: str, name: object, field: str) -> Path:
+        """The file ``name`` that stage ``stage``'s record names in ``field``, once it is
+        a plain relative name inside the run folder (``inside``)."""
+        return inside(self.root, plain_name(name, self.record_path(stage), field),
+                      self.record_path(stage), field)
+
     def forget(self, stage: str) -> None:
         """Remove a stage's record as the stage starts: until it finishes, it has not run."""
         self.record_path(stage).unlink(missing_ok=True)
@@ -89,6 +108,39 @@ class Run:
         write_atomic(path, canonical_json(record))
         write_manifest(self.root)
         return path
+
+
+def plain_name(value: object, source: Path, field: str, segments: int | None = None) -> str:
+    """``value`` when it is a plain relative name (``segments`` of them at most, any
+    number when None); FileFormatError naming ``source`` and ``field`` otherwise. A plain
+    segment holds letters, digits and ``._+=@,-``, does not start with a dot and is at
+    most NAME_MAX long; segments are joined by ``/``: no absolute path, no ``..``, no
+    backslash, no empty segment, at most PATH_MAX characters in all."""
+    fix = "the record is not the kit's; rerun the stage that wrote it"
+    if not isinstance(value, str):
+        raise FileFormatError(f"{source}: {field} is {type(value).__name__} "
+                              f"{str(value)[:80]!r}, not a name; {fix}")
+    parts = value.split("/")
+    if (len(value) > PATH_MAX or (segments is not None and len(parts) > segments)
+            or not all(PLAIN_SEGMENT.fullmatch(p) and len(p) <= NAME_MAX for p in parts)):
+        shape = "one plain name" if segments == 1 else "a relative path of plain names"
+        raise FileFormatError(
+            f"{source}: {field} {value[:200]!r} is not {shape} (letters, digits and "
+            f"'._+=@,-', no leading dot, no '..', '/' first, backslash or empty part, at "
+            f"most {NAME_MAX} characters a part and {PATH_MAX} in all); {fix}")
+    return value
+
+
+def inside(base: Path, name: str, source: Path, field: str) -> Path:
+    """``base / name`` once it resolves inside ``base`` (symbolic links followed): a
+    link that leads out is refused as a FileFormatError naming ``source`` and ``field``."""
+    path = base / plain_name(name, source, field)
+    resolved, home = path.resolve(), base.resolve()
+    if resolved != home and home not in resolved.parents:
+        raise FileFormatError(f"{source}: {field} {name!r} leads out of {base} (to "
+                              f"{resolved}); the run folder holds a link that is not the "
+                              "kit's: remove it and rerun the stage")
+    return path
 
 
 def default_run(substrate: str) -> Run:

@@ -3,7 +3,9 @@
     run_folder        the ``--run`` path checked (a folder, or creatable as one) at the boundary
     hold              an exclusive, non-blocking ``flock`` on ``<run>/.lock`` for a whole
                       command; the holder writes its pid there, a second command is refused
-                      at once naming it; once held, stale temporaries are removed
+                      at once naming it; once held, the kit's stale temporaries are removed;
+                      a command that fails before writing a result leaves the folder as it
+                      was (the lock file, ``run.json`` and the folder removed if it made them)
     check_protocol    the folder's protocol sha256 (``<run>/run.json``), recorded at first
                       start; a run under another protocol is refused
 
@@ -11,11 +13,13 @@ Both files are run metadata, outside the run manifest (``common.UNHASHED``), so 
 still compares results only. ``hold`` is re-entrant within a process (``reproduce`` holds
 the folder and runs each stage, which holds it again).
 
-Temporaries (``*.tmp``: ``kit.runtime.worker.write_atomic``'s ``.NAME.<random>.tmp``, the exporter's
-``.NAME.tmp``) are what a killed writer leaves; nothing else writes into a held folder,
-so at the first hold they are removed. A worker orphaned by a kill of the orchestrator
-alone (not of its process group) dies at its next progress line (its stderr pipe is
-closed); a temporary it still writes then fails to rename, and nothing complete is lost.
+Temporaries (``kit.runtime.worker.write_atomic``'s ``.NAME.<random>.tmp``, the exporter's
+``.NAME.tmp``: ``runfolder.TEMPORARY_NAME``) are what a killed writer leaves; nothing else
+of the kit's writes into a held folder, so at the first hold they are removed. A ``*.tmp``
+file of any other name (``x/a.tmp``) is not the kit's and stays; links are not followed.
+A worker orphaned by a kill of the orchestrator alone (not of its process group) dies at
+its next progress line (its stderr pipe is closed); a temporary it still writes then fails
+to rename, and nothing complete is lost.
 """
 
 from __future__ import annotations
@@ -31,11 +35,12 @@ from typing import Any
 
 from kit.errors import RunFolderError, RunLocked
 from kit.files import canonical_json, read_json, write_atomic
-from kit.runfolder import LOCK, RUN_STATE, TEMPORARY, say
+from kit.runfolder import LOCK, RUN_STATE, TEMPORARY_NAME, say
 
 # folders this process holds: resolved root -> [lock file descriptor, depth]
 _HELD: dict[Path, list[int]] = {}
 PID_WAIT_S = 0.5  # how long a refused command waits for a new holder to write its pid
+LOCK_TRIES = 5  # a lock file removed under a waiting opener: open it again this often
 
 
 def run_folder(root: Path, create: bool = True) -> Path:
@@ -63,7 +68,12 @@ def run_folder(root: Path, create: bool = True) -> Path:
 
 @contextmanager
 def hold(root: Path, create: bool = True) -> Iterator[Path]:
-    """Hold ``root``'s lock for the block (re-entrant); yields the resolved folder."""
+    """Hold ``root``'s lock for the block (re-entrant); yields the resolved folder. When
+    the outermost block fails before any result is written (the folder's entries are
+    those it found), what the take made goes again: the lock file, ``run.json`` and the
+    folders it created."""
+    missing = [path for path in (root, *root.parents)
+               if not (path.exists() or path.is_symlink())]
     key = run_folder(root, create)
     if key in _HELD:
         _HELD[key][1] += 1
@@ -72,19 +82,63 @@ def hold(root: Path, create: bool = True) -> Iterator[Path]:
         finally:
             _HELD[key][1] -= 1
         return
+    made = [name for name in (LOCK, RUN_STATE) if not (key / name).exists()]
     fd = _acquire(key / LOCK)
     _HELD[key] = [fd, 1]
+    found: set[str] | None = None
+    undone = False
     try:
         remove_temporaries(key)
+        found = _entries(key)
         yield key
+    except BaseException:
+        if found is not None and _entries(key) == found:  # nothing written: undo the take
+            for name in made:
+                (key / name).unlink(missing_ok=True)  # the lock still held: see _acquire
+            undone = LOCK in made
+        raise
     finally:
         del _HELD[key]
         _release(fd)
+        for folder in missing if undone else []:  # the folders the take made, if empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+
+
+def _entries(root: Path) -> set[str]:
+    """Every path under ``root`` but the lock and the protocol record (links not
+    followed): what a failed command compares to tell whether it wrote anything."""
+    found: set[str] = set()
+    for folder, dirs, names in os.walk(root):
+        here = Path(folder).relative_to(root)
+        found.update((here / name).as_posix() for name in (*dirs, *names))
+    return found - {LOCK, RUN_STATE}
 
 
 def _acquire(path: Path) -> int:
     """The locked descriptor of ``path`` with this pid written in; RunLocked at once when
     another process holds it."""
+    for _ in range(LOCK_TRIES):
+        fd = _lock(path)
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # a failed holder removed the file it had made: open the new one
+    else:
+        raise RunFolderError(f"{path}: the lock file keeps being replaced; wait until the "
+                             "other kit command ends")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _lock(path: Path) -> int:
+    """``path`` opened (made when missing) and ``flock``ed, without waiting."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
@@ -103,8 +157,6 @@ def _acquire(path: Path) -> int:
         os.close(fd)
         raise RunFolderError(f"{path}: cannot lock the run folder ({exc.strerror or exc}); "
                              "use a --run folder on a local file system") from exc
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
 
 
@@ -128,9 +180,12 @@ def _release(fd: int) -> None:
 
 
 def remove_temporaries(root: Path) -> list[Path]:
-    """Remove every temporary file (``*.tmp``) under ``root``; returns them. Call it only
-    while holding ``root``: then no live writer owns one."""
-    stale = [path for path in sorted(root.rglob(f"*{TEMPORARY}")) if path.is_file()]
+    """Remove every temporary file of the kit's naming (``TEMPORARY_NAME``) under
+    ``root``, links not followed; returns them. Call it only while holding ``root``: then
+    no live writer owns one."""
+    stale = sorted(Path(folder) / name for folder, _, names in os.walk(root)
+                   for name in names if TEMPORARY_NAME.fullmatch(name))
+    stale = [path for path in stale if path.is_file() and not path.is_symlink()]
     for path in stale:
         path.unlink(missing_ok=True)
     if stale:

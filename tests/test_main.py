@@ -47,6 +47,8 @@ def test_a_run_folder_or_model_name_too_long(tmp_path: Path) -> None:
     inputs.write_bytes(b"")
     proc = kit("run", "--runtime", "ref", "--model", str(long), "--inputs", str(inputs),
                "--output", str(tmp_path / "out.npz"), "--backend", "venv")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.startswith("kit: error: ") and "r" * 250 in proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("kit: error: ")
+    assert "r" * 250 in proc.stderr
     assert not (tmp_path / "out.npz").exists()

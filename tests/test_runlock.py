@@ -18,7 +18,7 @@ from kit.drift.stages.pipeline import run_stage
 from kit.errors import KitError, RunFolderError, RunLocked
 from kit.paths import ROOT
 from kit.runfolder import hashed_files
-from kit.runlock import hold, protocol_digest, remove_temporaries
+from kit.runlock import check_protocol, hold, protocol_digest, remove_temporaries
 from tests.conftest import tiny_protocol
 
 
@@ -76,7 +76,10 @@ def test_a_run_under_another_protocol_is_refused_naming_both_digests(
 
     run, small = tmp_path / "run", tiny_protocol(tmp_path)
     with pytest.raises(KitError, match="stage 'fetch' has not run"):
-        run_stage("split", run_dir=run, protocol_file=small)  # the folder starts here
+        run_stage("split", run_dir=run, protocol_file=small)
+    assert not run.exists()  # a failed first command leaves nothing behind
+    with hold(run) as root:  # the folder starts here
+        check_protocol(root, load_protocol(small), small)
     first = protocol_digest(load_protocol(small))
     frozen = protocol_digest(load_protocol(PROTOCOL))
     assert first != frozen
@@ -132,3 +135,55 @@ def test_stale_temporaries_go_when_the_folder_is_taken_and_results_stay(
             assert live.exists()
         assert remove_temporaries(run) == [live]
     assert kept.read_bytes() == b"partial"
+
+
+def test_a_user_tmp_file_stays_and_a_failed_take_leaves_the_folder_as_it_was(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``kit stage split`` into a folder of the user's holding ``x/a.tmp`` (and a hidden
+    ``.tmp`` file whose name is not the kit's): refused (fetch has not run), exit 2, and
+    the folder holds what it held, no ``.lock``, no ``run.json``."""
+    from kit.__main__ import main
+
+    run = tmp_path / "mine"
+    for name in ("x/a.tmp", "x/.a.tmp/inner.txt", "notes.txt.tmp"):
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text("the user's")
+    before = sorted(p.relative_to(run).as_posix() for p in run.rglob("*"))
+    assert main(["stage", "split", "--run", str(run), "--protocol",
+                 str(tiny_protocol(tmp_path))]) == 2
+    assert "stage 'fetch' has not run" in capsys.readouterr().err
+    assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == before
+    assert (run / "x" / "a.tmp").read_text() == "the user's"
+
+
+def test_only_the_kits_temporary_names_are_removed_and_links_are_not_followed(
+        tmp_path: Path) -> None:
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / ".x.npz.abcd1234.tmp").write_text("not in the run")
+    run.mkdir()
+    (run / "linked").symlink_to(elsewhere)
+    (run / ".out.npz.tmp").symlink_to(elsewhere / ".x.npz.abcd1234.tmp")
+    ours = run / "infer" / ".out.npz.k2j4x_9a.tmp"
+    ours.parent.mkdir()
+    ours.write_text("partial")
+    (run / "infer" / "a.tmp").write_text("the user's")
+    assert remove_temporaries(run) == [ours]
+    assert (elsewhere / ".x.npz.abcd1234.tmp").exists()
+    assert (run / ".out.npz.tmp").is_symlink()
+    assert (run / "infer" / "a.tmp").exists()
+
+
+def test_a_failed_command_that_wrote_a_result_keeps_the_take(tmp_path: Path) -> None:
+    """Once a result is written under the protocol, ``run.json`` and the lock stay."""
+    run = tmp_path / "run"
+
+    def stage_fails_after_writing() -> None:
+        with hold(run) as root:
+            check_protocol(root, {"a": 1}, tmp_path / "p.yaml")
+            (root / "fetch").mkdir()
+            raise RuntimeError("killed mid-stage")
+
+    with pytest.raises(RuntimeError):
+        stage_fails_after_writing()
+    assert sorted(p.name for p in run.iterdir()) == [".lock", "fetch", "run.json"]

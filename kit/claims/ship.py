@@ -1,18 +1,31 @@
 """Shipping: a finished run's evidence copied into ``claims/<study>/evidence/<substrate>``,
 then the manifests rewritten (``python -m kit ship``). The copy is staged beside its target
 and renamed over it, so a failed ship leaves the previous evidence in place.
+
+Ship writes only under that target. Every name it takes from the run's records (the
+substrate in ``fetch.json``, the table paths in ``score.json``, the evidence files in
+``hosts.json``, the entries of a corpus run manifest) must be a plain relative name
+(``runfolder.plain_name``) and resolve inside the run folder (``runfolder.inside``), and
+the target must resolve inside ``claims/``, before anything is read or written: a record
+that names ``../../victim`` is a ``kit: error`` naming the file and the field. The copy is
+built in a fresh hidden sibling (``.<substrate>.<random>.tmp``), the old target moved to
+another and removed only once the new one is in place; a failed copy removes its own
+staging folder and nothing else.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from kit.claims.coverage import write_manifests
-from kit.errors import KitError
+from kit.errors import FileFormatError, KitError
 from kit.files import read_json
 from kit.paths import ROOT
-from kit.runfolder import MACHINE, MANIFEST, REPLAY
+from kit.runfolder import MACHINE, MANIFEST, REPLAY, inside, plain_name
 
 SHIPPED = ("score/protocol.yaml", "fetch/fetch.json", "split/split.json", "fault/fault.json",
            "fault/severity.json",
@@ -34,52 +47,105 @@ SCIML_SHIPPED = ("ledger.json", "operator_floor.json", "fv_balance.json", "fno.j
                  "pinn.json")
 
 
-def ship(run: Path, study: str = "drift", root: Path = ROOT) -> Path:
+def ship(run: Path, study: str = "drift", root: Path | None = None) -> Path:
     """Copy a finished run's evidence into ``claims/<study>/evidence/<substrate>``
     (a SciML run folder, recognised by its ``ledger.json``, goes to ``claims/sciml``; a
     sweep folder, by its ``sweep/sweep.json``, to ``claims/realdrift``; a corpus folder, by
     its ``corpus/corpus.json``, to ``claims/corpus``, every file its run manifest lists; a
     detector-study folder, by its ``detectors/detectors.json``, to
-    ``claims/corpus/evidence/detectors``)."""
+    ``claims/corpus/evidence/detectors``). ``root``: the checkout (default the kit's)."""
+    root = ROOT if root is None else root
     if (run / "detectors" / "detectors.json").is_file():
-        hosts = read_json(run / "detectors" / "hosts.json")["hosts"]
-        names = [*DETECTORS_SHIPPED, *(row["evidence"] for row in hosts if row["hosted"])]
-        return _ship_files(run, root / "claims" / "corpus" / "evidence" / "detectors", names,
-                           root)
+        path = run / "detectors" / "hosts.json"
+        hosts = _field(read_json(path), path, "hosts", list)
+        names = [*DETECTORS_SHIPPED, *(
+            plain_name(_field(row, path, f"hosts[{i}].evidence", str), path,
+                       f"hosts[{i}].evidence")
+            for i, row in enumerate(hosts) if _field(row, path, f"hosts[{i}].hosted", bool))]
+        return _ship_files(run, root, ("corpus", "detectors"), names, path)
     if (run / "corpus" / "corpus.json").is_file():
-        listed = read_json(run / MANIFEST)["files"]
-        return _ship_files(run, root / "claims" / "corpus" / "evidence" / "kit", sorted(listed),
-                           root)
+        path = run / MANIFEST
+        listed = _field(read_json(path), path, "files", dict)
+        names = [plain_name(name, path, "a files entry") for name in sorted(listed)]
+        return _ship_files(run, root, ("corpus", "kit"), names, path)
     if (run / "ledger.json").is_file() and not (run / "fetch").is_dir():
-        return _ship_files(run, root / "claims" / "sciml" / "evidence" / "kit",
-                           list(SCIML_SHIPPED), root)
-    substrate = str(read_json(run / "fetch" / "fetch.json")["substrate"])
+        return _ship_files(run, root, ("sciml", "kit"), list(SCIML_SHIPPED), run)
+    path = run / "fetch" / "fetch.json"
+    substrate = plain_name(_field(read_json(path), path, "substrate", str), path,
+                           "substrate", segments=1)
     if (run / "sweep" / "sweep.json").is_file():
         names = [*REALDRIFT_SHIPPED, *(name for name in REALDRIFT_OPTIONAL
                                        if (run / name).is_file())]
-        return _ship_files(run, root / "claims" / "realdrift" / "evidence" / substrate,
-                           names, root)
-    target = root / "claims" / study / "evidence" / substrate
-    record = read_json(run / "score" / "score.json")
-    names = list(SHIPPED) + [d["path"] for d in record["tables"].values()]
-    return _ship_files(run, target, names, root)
+        return _ship_files(run, root, ("realdrift", substrate), names, path)
+    path = run / "score" / "score.json"
+    tables = _field(read_json(path), path, "tables", dict)
+    names = list(SHIPPED) + [
+        plain_name(_field(entry, path, f"tables.{key}.path", str), path, f"tables.{key}.path")
+        for key, entry in tables.items()]
+    return _ship_files(run, root, (plain_name(study, run, "the study", 1), substrate),
+                       names, path)
 
 
-def _ship_files(run: Path, target: Path, names: list[str], root: Path) -> Path:
-    staging = target.with_name(target.name + ".tmp")
-    if staging.exists():
-        shutil.rmtree(staging)
-    for name in names:
-        if not (run / name).is_file():
-            raise KitError(f"{run / name}: missing; run every stage before shipping")
-        (staging / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(run / name, staging / name)
-    shutil.copyfile(run / MANIFEST, staging / "run-manifest.json")
-    for metadata in (REPLAY, MACHINE):
-        if (run / metadata).is_file():
-            shutil.copyfile(run / metadata, staging / metadata)
-    if target.exists():
-        shutil.rmtree(target)
-    staging.rename(target)
+def _field(record: Any, source: Path, field: str, kind: type) -> Any:
+    """``record[last part of field]`` when ``record`` is an object holding it as ``kind``;
+    FileFormatError naming ``source`` and ``field`` otherwise."""
+    key = field.rsplit(".", 1)[-1]
+    value = record.get(key) if isinstance(record, dict) else None
+    if not isinstance(value, kind):
+        raise FileFormatError(f"{source}: {field} is not a {kind.__name__}; the record is "
+                              "not the kit's: rerun the stage that wrote it")
+    return value
+
+
+def _ship_files(run: Path, root: Path, where: tuple[str, str], names: list[str],
+                source: Path) -> Path:
+    """Copy ``names`` (read from ``source``) of ``run`` into
+    ``root/claims/<where[0]>/evidence/<where[1]>``: every name checked and every file
+    found before the staging folder is made, the old target replaced only when the new one
+    is complete."""
+    claims = root / "claims"
+    target = claims / where[0] / "evidence" / where[1]
+    copies = [(inside(run, name, source, "a listed file"), name) for name in names]
+    copies += [(run / MANIFEST, "run-manifest.json")]
+    copies += [(run / name, name) for name in (REPLAY, MACHINE) if (run / name).is_file()]
+    for path, _ in copies:
+        if not path.is_file():
+            raise KitError(f"{path}: missing; run every stage before shipping")
+    parent = target.parent
+    for folder in (parent.parent, parent, target):
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise KitError(f"{folder}: not a folder of the checkout (a link or a file); "
+                           "ship writes only real folders under claims/: move it away")
+    if claims.resolve() not in parent.resolve().parents:
+        raise KitError(f"{parent}: resolves outside {claims}; ship writes only under it")
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    try:
+        for path, name in copies:
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, staging / name)
+        os.chmod(staging, 0o755)
+        _replace(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
     write_manifests(root)
     return target
+
+
+def _replace(staging: Path, target: Path) -> None:
+    """Rename ``staging`` to ``target``; an old target is moved aside first and removed
+    once the new one is in place (moved back when the rename fails)."""
+    if not target.exists():
+        staging.rename(target)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old.tmp",
+                                dir=target.parent))
+    old.rmdir()  # a fresh name for the old target
+    target.rename(old)
+    try:
+        staging.rename(target)
+    except BaseException:
+        old.rename(target)
+        raise
+    shutil.rmtree(old)

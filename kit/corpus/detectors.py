@@ -79,7 +79,8 @@ def build_hosts(run: Run, protocol: dict[str, Any], drift: dict[str, Any], cases
     for case, model in itertools.product(cases, drift["models"]):
         entry = protocol["cases"][case]
         target = run.stage(STAGE) / "models" / case / f"{model}.onnx"
-        found[(case, model)] = write_host(run.root / fetched[model]["onnx"], entry["node"],
+        source = run.listed("fetch", fetched[model]["onnx"], f"models.{model}.onnx")
+        found[(case, model)] = write_host(source, entry["node"],
                                           entry.get("placement", "stem"), target,
                                           drift["instrumentation"]["max_values"])
     return found

@@ -1,6 +1,7 @@
 """Export a torch model to ONNX the way the drift study does.
 
-Eval mode, the TorchScript exporter (``dynamo=False``), a fixed opset, one input
+Eval mode, the TorchScript exporter (``dynamo=False``), the protocol's opset
+(``export.opset``, passed by the fetch stage and the sweep; ``OPSET`` otherwise), one input
 ``input`` (NCHW float32) with a dynamic batch axis and one output ``logits``. In eval
 mode the exporter folds every BatchNormalization into the preceding convolution, so the
 graph holds Conv (with bias) and no BatchNormalization; ``export_onnx`` checks that.

@@ -75,7 +75,8 @@ def fault_matrix(run: Run) -> dict[str, Any]:
             per_fault.append({"fault": fault["id"], "model": model, "alarms": int(hits.sum()),
                               "n": len(held)})
     alarms = sum(f["alarms"] for f in per_fault)
-    summary = read_json(run.root / run.record("score")["summary"]["path"])
+    summary = read_json(run.listed("score", run.record("score")["summary"]["path"],
+                                   "summary.path"))
     detectors = {name: {"tpr": entry["tpr"], "fpr": entry["fpr"]}
                  for name, entry in summary["primary"].items()}
     return {"polygraphy": version(), "check": "SimpleCompareFunc() defaults, atol 1e-5 rtol 1e-5",

@@ -2,7 +2,10 @@
 
 ``kit/protocols/drift.yaml`` holds every choice with its reason; ``load_protocol``
 validates it (``kit/schemas/protocol.schema.json``, draft 2020-12) and then checks what a
-schema cannot say (sizes that must add up, distinct seeds, monotone severity grids).
+schema cannot say (sizes that must add up, distinct seeds, monotone severity grids, an
+epoch count for every model, an interval that matches alpha). Every field is used by what
+runs or refused (the schema's description lists how); ``session_threads`` carries the
+runtimes' thread counts into every inference job.
 A protocol is read through ``kit.files.read_yaml``: bytes that are not UTF-8, malformed
 YAML and any anchor or alias are refused naming the file.
 """
@@ -29,6 +32,13 @@ def _cross_checks(protocol: dict[str, Any], source: Path) -> None:
     for role in ("calibration", "heldout"):
         if sample["reduced"][role] > sample[role]:
             raise ConfigError(f"{source}: sample/reduced/{role} exceeds sample/{role}")
+    missing = [m for m in protocol["models"] if m not in protocol["training"]["epochs"]]
+    if missing:
+        raise ConfigError(f"{source}: training/epochs: no epoch count for {missing}")
+    boot = protocol["bootstrap"]
+    if abs(boot["interval"] - (1 - boot["alpha"])) > 1e-9:
+        raise ConfigError(f"{source}: bootstrap/interval: {boot['interval']} is not "
+                          f"1 - alpha ({1 - boot['alpha']:g}); the intervals are read from alpha")
     seeds = list(protocol["seeds"].values())
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"{source}: seeds must be distinct, found {seeds}")
@@ -41,6 +51,14 @@ def _cross_checks(protocol: dict[str, Any], source: Path) -> None:
                           "(fewer bits is more severe)")
     if protocol["faults"]["severity_rule"]["high_step"] >= min(len(g) for g in grids.values()):
         raise ConfigError(f"{source}: faults/severity_rule/high_step exceeds a severity grid")
+
+
+def session_threads(protocol: dict[str, Any]) -> dict[str, int]:
+    """The onnxruntime session's thread counts every inference job of the drift study runs
+    with (``runtimes.intra_op_threads`` / ``inter_op_threads``)."""
+    runtimes = protocol["runtimes"]
+    return {"intra_op_threads": int(runtimes["intra_op_threads"]),
+            "inter_op_threads": int(runtimes["inter_op_threads"])}
 
 
 def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:

@@ -8,6 +8,11 @@ differing array and element with both values, and each differing array's maximum
 and relative deviation; for text files the first differing line. The run folders are read
 through ``kit.files``: a manifest, ``machine.json`` or an .npz that cannot be read is an
 error naming it, not a traceback.
+
+The replay folder (``<run>-replay``) is the kit's: ``prepare`` writes the mark
+``.kit-replay`` into it when it makes it, and empties only a folder holding that mark (or
+nothing at all); any other folder at that path is refused, naming it, before anything is
+made or removed (``check_target``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import numpy as np
 
 from kit.errors import KitError
 from kit.files import canonical_json, load_npz, read_bytes, read_json, sha256, write_atomic
-from kit.runfolder import MACHINE, MANIFEST, REPLAY, check_manifest
+from kit.runfolder import LOCK, MACHINE, MANIFEST, REPLAY, REPLAY_MARK, check_manifest
 
 RERUN = "rerun that run (nox -s reproduce) or restore the folder"
 
@@ -123,17 +128,44 @@ def _machine(path: Path) -> dict[str, Any]:
     return found
 
 
+def check_target(target: Path) -> None:
+    """Refuse a replay folder the kit did not make: ``target`` must be missing, empty (but
+    for a lock file) or hold the kit's mark ``.kit-replay``."""
+    if not (target.exists() or target.is_symlink()):
+        return
+    if not target.is_dir():
+        raise KitError(f"{target}: is not a folder, and the replay writes its run there; "
+                       "move it away")
+    if (target / REPLAY_MARK).is_file() or {p.name for p in target.iterdir()} <= {LOCK}:
+        return
+    raise KitError(f"{target}: a folder the kit did not make (no {REPLAY_MARK} mark) stands "
+                   "where the replay writes its run, and the replay would replace it; move "
+                   "it away or delete it yourself")
+
+
 def prepare(first: Path, target: Path, stages: tuple[str, ...], order: tuple[str, ...]
             ) -> None:
-    """A fresh replay folder holding (hard links to) the stages before the first replayed."""
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
+    """A fresh replay folder holding (hard links to) the stages before the first replayed:
+    the kit's mark written first, then everything but the mark and the lock file of an
+    earlier replay removed (``check_target`` refuses any other folder)."""
+    from kit.runlock import hold
+
+    check_target(target)
     start = min(order.index(s) for s in stages)
     for stage in order[:start]:
         if not (first / stage).is_dir():
             raise KitError(f"{first / stage}: the first run lacks stage {stage!r} to replay from")
-        shutil.copytree(first / stage, target / stage, copy_function=os.link)
+    with hold(target) as folder:  # refused at once while a command runs in the folder
+        write_atomic(folder / REPLAY_MARK, f"made by the kit's replay of {first}\n".encode())
+        for entry in sorted(folder.iterdir()):
+            if entry.name in (REPLAY_MARK, LOCK):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        for stage in order[:start]:
+            shutil.copytree(first / stage, folder / stage, copy_function=os.link)
 
 
 def write_report(first: Path, report: dict[str, Any]) -> Path:

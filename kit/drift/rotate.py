@@ -1,7 +1,8 @@
 """In-plane rotation of uint8 HWC images (Pillow) and the float32 NCHW model input.
 
 Pillow's ``Image.rotate`` rotates counter-clockwise about the image centre, keeps the
-32x32 frame and fills uncovered corners with black (0); ``nearest``, ``bilinear`` and
+32x32 frame and fills uncovered corners with the protocol's ``rotation.fill`` grey level
+(0, black, in the frozen protocol); ``nearest``, ``bilinear`` and
 ``bicubic`` are its three filters. Model inputs are ``(x / 255 - mean) / std`` per channel.
 """
 
@@ -20,15 +21,18 @@ FILTERS = {"nearest": Image.Resampling.NEAREST, "bilinear": Image.Resampling.BIL
            "bicubic": Image.Resampling.BICUBIC}
 
 
-def rotate(images: Array, degrees: float, interpolation: str) -> Array:
-    """Rotate every (N, H, W, 3) uint8 image by ``degrees`` with ``interpolation``."""
+def rotate(images: Array, degrees: float, interpolation: str, fill: int = 0) -> Array:
+    """Rotate every (N, H, W, 3) uint8 image by ``degrees`` with ``interpolation``; the
+    corners the rotation uncovers take grey level ``fill``."""
     if interpolation not in FILTERS:
         raise KitError(f"interpolation must be one of {sorted(FILTERS)}")
+    if not isinstance(fill, int) or isinstance(fill, bool) or not 0 <= fill <= 255:
+        raise KitError(f"fill must be a grey level 0..255, not {fill!r}")
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[3] != 3:
         raise KitError(f"images must be uint8 N x H x W x 3, found {images.dtype} "
                        f"{images.shape}")
     return np.stack([np.asarray(Image.fromarray(img, mode="RGB").rotate(
-        degrees, resample=FILTERS[interpolation], fillcolor=(0, 0, 0))) for img in images])
+        degrees, resample=FILTERS[interpolation], fillcolor=(fill, fill, fill))) for img in images])
 
 
 def to_input(images: Array, mean: Sequence[float], std: Sequence[float]) -> Array:

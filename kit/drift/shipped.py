@@ -18,6 +18,7 @@ from kit.drift.evidence import read_table, table_name
 from kit.drift.grid import sensitivity
 from kit.errors import KitError
 from kit.files import load_npz, read_json, read_yaml, sha256
+from kit.runfolder import inside, plain_name
 
 Array = np.ndarray[Any, Any]
 
@@ -62,11 +63,17 @@ class Evidence:
     def _tables(self, name: str) -> dict[str, Array]:
         described = self.record["tables"][name]
         return self.memo(f"table/{name}",  # type: ignore[no-any-return]
-                         lambda: read_table(self.root / described["path"], described))
+                         lambda: read_table(self._listed(described["path"],
+                                                         f"tables.{name}.path"), described))
+
+    def _listed(self, name: object, field: str) -> Path:
+        """A file ``score/score.json`` names, once it lies inside the evidence folder."""
+        return inside(self.root, plain_name(name, self.root / "score/score.json", field),
+                      self.root / "score/score.json", field)
 
     def _checked_npz(self, key: str) -> dict[str, Array]:
         entry = self.record[key]
-        path = self.root / entry["path"]
+        path = self._listed(entry["path"], f"{key}.path")
         if not path.is_file() or sha256(path) != entry["sha256"]:
             raise KitError(f"{path}: missing or its sha256 differs from score/score.json")
         return load_npz(path)

@@ -6,7 +6,11 @@ session options, so the order and the process a batch runs in change no byte:
 
 - ``workers=1`` without a scheduler: every batch in this process, in order;
 - otherwise a ``distributed.LocalCluster`` of ``workers`` single-threaded worker processes
-  (default: one per core), on loopback, torn down afterwards;
+  (default: one per core), on loopback, torn down afterwards. It admits only the kit's own
+  processes: every connection is TLS with mutual certificates from a self-signed key made
+  for this run and held in memory (``distributed.security.Security.temporary``; the worker
+  processes receive it from their nannies), so another local user's client, which lacks
+  the key, fails its handshake and runs nothing;
 - ``scheduler="tcp://HOST:PORT"``: an existing cluster. Its workers need the kit installed
   and the run folder at the same path (a shared filesystem); each builds or reuses the
   runtime environments from the committed locks (``kit.runtime.venvs``, serialised per
@@ -80,17 +84,44 @@ def check_options(scheduler: str | None, workers: int | None) -> int:
     return count
 
 
-def _client(scheduler: str | None, workers: int) -> Any:
+def run_security() -> Any:
+    """A per-run TLS key and self-signed certificate, in memory only, that every member of
+    the kit's local cluster (scheduler, nannies, workers, client) presents and requires."""
+    from distributed.security import Security
+
+    try:
+        return Security.temporary()  # type: ignore[no-untyped-call]
+    except ImportError as exc:
+        raise ScaleError("the local Dask cluster needs the 'cryptography' package for its "
+                         "per-run TLS key (locks/tools.lock); rebuild the tools environment"
+                         ) from exc
+
+
+def local_client(workers: int) -> Any:
+    """A client of a new loopback ``LocalCluster`` of ``workers`` single-threaded worker
+    processes that admits only holders of this run's key (``run_security``); closing the
+    client's ``cluster`` tears it down."""
     from distributed import Client, LocalCluster
 
+    security = run_security()
+    cluster = LocalCluster(  # type: ignore[no-untyped-call]
+        n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+        protocol="tls://", security=security, dashboard_address=None,
+        # no dashboard; the scheduler's health endpoints on a free loopback port, never
+        # the fixed 8787 that a second cluster on the machine would collide with
+        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
+    if not cluster.scheduler_address.startswith("tls://"):
+        cluster.close()
+        raise ScaleError(f"the local Dask cluster listens on {cluster.scheduler_address}, "
+                         "not TLS; refusing to run jobs on it")
+    return Client(cluster, security=security)  # type: ignore[no-untyped-call]
+
+
+def _client(scheduler: str | None, workers: int) -> Any:
+    from distributed import Client
+
     if scheduler is None:
-        cluster = LocalCluster(  # type: ignore[no-untyped-call]
-            n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-            dashboard_address=None,
-            # no dashboard; the scheduler's health endpoints on a free loopback port, never
-            # the fixed 8787 that a second cluster on the machine would collide with
-            scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
-        return Client(cluster)  # type: ignore[no-untyped-call]
+        return local_client(workers)
     try:
         return Client(scheduler, timeout=CONNECT_TIMEOUT_S)  # type: ignore[no-untyped-call]
     except (OSError, TimeoutError) as exc:

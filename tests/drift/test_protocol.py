@@ -102,3 +102,84 @@ def test_a_protocol_that_is_not_utf8_names_the_file(tmp_path: Path) -> None:
     path.write_bytes(PROTOCOL.read_bytes().replace(b"bilinear", b"bil\xefnear", 1))
     with pytest.raises(FileFormatError, match=r"p\.yaml: not UTF-8 text \(byte 0xef"):
         load_protocol(path)
+
+
+BOUNDED = [
+    (("seeds", "training"), 2**70, r"seeds/training: 1180591620717411303424 is greater than "
+                                   r"the maximum of 4294967295"),
+    (("seeds", "sample"), -1, r"seeds/sample: -1 is less than the minimum of 0"),
+    (("training", "threads"), 10**12, r"training/threads: 1000000000000 is greater than the "
+                                      r"maximum of 256"),
+    (("training", "epochs", "resnet20"), 10**9, r"training/epochs/resnet20: 1000000000 is "
+                                                r"greater than the maximum of 300"),
+    (("training", "batch_size"), 10**6, r"training/batch_size: 1000000 is greater"),
+    (("runtimes", "intra_op_threads"), 0, r"runtimes/intra_op_threads: 0 is less than"),
+    (("runtimes", "inter_op_threads"), 257, r"runtimes/inter_op_threads: 257 is greater"),
+    (("export", "opset"), 1000000, r"export/opset: 1000000 is greater than the maximum of 19"),
+    (("rotation", "fill"), 256, r"rotation/fill: 256 is greater than the maximum of 255"),
+    (("sample", "size"), 10**7, r"sample/size: 10000000 is greater than the maximum of 10000"),
+    (("bootstrap", "nested_replicates"), 10**9, r"bootstrap/nested_replicates: 1000000000 is "
+                                                r"greater"),
+    (("instrumentation", "max_values"), 10**6, r"instrumentation/max_values: 1000000 is "
+                                               r"greater"),
+    (("version", ), 2, r"version: 1 was expected"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), BOUNDED,
+                         ids=["/".join(map(str, b[0])) + f"={b[1]}" for b in BOUNDED])
+def test_a_value_out_of_bounds_is_refused_naming_file_and_field(
+        field: tuple[str, ...], value: int, message: str, tmp_path: Path) -> None:
+    protocol = yaml.safe_load(PROTOCOL.read_text())
+    parent = protocol
+    for key in field[:-1]:
+        parent = parent[key]
+    parent[field[-1]] = value
+    with pytest.raises(ConfigError, match=r"p\.yaml: " + message):
+        load_protocol(_write(tmp_path, protocol))
+
+
+@pytest.mark.parametrize(("command", "made"), [
+    (["reproduce"], "run"), (["stage", "fetch"], "run"),
+    (["verify", "--replay"], "run-replay")])
+def test_an_unbounded_protocol_is_refused_before_any_work(
+        command: list[str], made: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``training.epochs: 10**9`` (a run that never ends) exits 2 at once with one line
+    naming the file and the field, and no run folder is made."""
+    from kit.__main__ import main
+
+    protocol = yaml.safe_load(PROTOCOL.read_text())
+    protocol["training"]["epochs"]["resnet20"] = 10**9
+    path = _write(tmp_path, protocol)
+    run = ["--run", str(tmp_path / "run")] if command[0] != "verify" else []
+    assert main([*command, *run, "--protocol", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kit: error: {path}: training/epochs/resnet20: 1000000000 is "
+                          "greater than the maximum of 300"), err
+    assert "Traceback" not in err
+    assert not (tmp_path / made).exists()
+
+
+def test_every_model_needs_an_epoch_count_and_interval_matches_alpha(tmp_path: Path) -> None:
+    protocol = yaml.safe_load(PROTOCOL.read_text())
+    del protocol["training"]["epochs"]["vgg11_bn"]
+    with pytest.raises(ConfigError, match=r"training/epochs: no epoch count for \['vgg11_bn'\]"):
+        load_protocol(_write(tmp_path, protocol))
+    protocol = yaml.safe_load(PROTOCOL.read_text())
+    protocol["training"]["epochs"]["lenet"] = 3
+    with pytest.raises(ConfigError, match=r"training/epochs: 'lenet' is not one of"):
+        load_protocol(_write(tmp_path, protocol))
+    protocol = yaml.safe_load(PROTOCOL.read_text())
+    protocol["bootstrap"]["interval"] = 0.9
+    with pytest.raises(ConfigError, match=r"bootstrap/interval: 0\.9 is not 1 - alpha \(0\.95\)"):
+        load_protocol(_write(tmp_path, protocol))
+
+
+def test_session_threads_come_from_the_protocol() -> None:
+    from kit.drift.protocol import session_threads
+
+    protocol = yaml.safe_load(PROTOCOL.read_text())
+    assert session_threads(protocol) == {"intra_op_threads": 1, "inter_op_threads": 1}
+    protocol["runtimes"].update(intra_op_threads=4, inter_op_threads=2)
+    assert session_threads(protocol) == {"intra_op_threads": 4, "inter_op_threads": 2}

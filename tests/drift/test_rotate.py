@@ -44,3 +44,12 @@ def test_bad_rotation_input_is_refused() -> None:
         rotate(np.zeros((1, 4, 4, 3), np.uint8), 10, "lanczos")
     with pytest.raises(KitError, match="must be uint8"):
         rotate(np.zeros((1, 4, 4, 3), np.float32), 10, "nearest")
+
+
+def test_the_fill_grey_level_reaches_the_uncovered_corners() -> None:
+    full = np.full((1, 32, 32, 3), 200, np.uint8)
+    assert rotate(full, 10, "nearest", fill=255)[0, 0, 0, 0] == 255
+    assert rotate(full, 10, "nearest", fill=7)[0, 0, 0].tolist() == [7, 7, 7]
+    assert rotate(full, 10, "nearest")[0, 0, 0, 0] == 0
+    with pytest.raises(KitError, match=r"fill must be a grey level 0\.\.255, not 256"):
+        rotate(full, 10, "nearest", fill=256)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from kit.drift.protocol import PROTOCOL
+from kit.drift.protocol import PROTOCOL, write_small_protocol
 from kit.drift.stages.fault import choose
 from kit.drift.stages.infer import is_done, plan
 from kit.drift.stages.pipeline import run_stage
@@ -332,3 +332,67 @@ def test_no_hash_of_the_kit_s_code_is_in_the_hashed_fetch_record(
         assert cache[name]["cached"] in (True, False)
     assert TRAINING_CACHE not in json.loads((run.root / "manifest.json").read_text())["files"]
 
+
+
+def _fetched_run(root: Path) -> Run:
+    """A run folder holding only what the split stage reads of fetch: 60 digits-sized
+    images (six per class) and the normalisation."""
+    from kit.files import write_npz
+
+    rng = np.random.default_rng(0)
+    run = Run(root)
+    write_npz(run.stage("fetch") / "dataset.npz",
+              {"images": rng.integers(1, 255, (60, 32, 32, 3), dtype=np.uint8),
+               "labels": np.arange(60, dtype=np.int64) % 10})
+    run.write_record("fetch", {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]})
+    return run
+
+
+def test_the_protocol_s_rotation_fill_reaches_the_split_images(tmp_path: Path) -> None:
+    """``rotation.fill`` changes the rotated conditions' corners (and nothing else)."""
+    from kit.drift.stages.split import run_split
+
+    protocol = yaml.safe_load(write_small_protocol(tmp_path / "p.yaml").read_text())
+    corners = {}
+    for fill in (0, 255):
+        protocol["rotation"]["fill"] = fill
+        run = _fetched_run(tmp_path / f"run{fill}")
+        run_split(protocol, run)
+        images = load_npz(run.stage("split") / "images" / "rot10-bilinear.npz")["images"]
+        corners[fill] = images[:, 0, 0, 0]
+        orig = load_npz(run.stage("split") / "images" / "orig.npz")["images"]
+        assert orig.min() >= 1
+    assert (corners[0] == 0).all()
+    assert (corners[255] == 255).all()
+
+
+def test_the_protocol_s_threads_reach_every_inference_job(tiny_run: tuple[Run, Path]) -> None:
+    """``runtimes.intra_op_threads``/``inter_op_threads`` go into every infer job, and a
+    finished job run with other counts is run again."""
+    run, protocol_file = tiny_run
+    protocol = yaml.safe_load(protocol_file.read_text())
+    jobs = [job for role in plan(protocol, run).values() for job in role]
+    assert {(j["intra_op_threads"], j["inter_op_threads"]) for j in jobs} == {(1, 1)}
+    assert all(is_done(run, job, {}) for job in jobs)
+    protocol["runtimes"].update(intra_op_threads=2, inter_op_threads=3)
+    changed = [job for role in plan(protocol, run).values() for job in role]
+    assert {(j["intra_op_threads"], j["inter_op_threads"]) for j in changed} == {(2, 3)}
+    assert not any(is_done(run, job, {}) for job in changed)
+
+
+def test_the_protocol_s_opset_reaches_the_exported_models(tiny_run: tuple[Run, Path],
+                                                         tmp_path: Path) -> None:
+    """``export.opset`` is the opset of the fetch stage's plain and sketch graphs."""
+    import onnx
+
+    from kit.drift.stages.fetch import run_fetch
+
+    run, protocol_file = tiny_run
+    plain = onnx.load(str(run.stage("fetch") / "models" / "resnet20.onnx"))
+    assert [o.version for o in plain.opset_import if o.domain in ("", "ai.onnx")] == [17]
+    protocol = yaml.safe_load(protocol_file.read_text())
+    protocol["export"]["opset"] = 13
+    run_fetch(protocol, Run(tmp_path / "run"), "digits")  # training from the cache
+    for name in ("resnet20.onnx", "resnet20.sketch.onnx"):
+        model = onnx.load(str(tmp_path / "run" / "fetch" / "models" / name))
+        assert [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] == [13]

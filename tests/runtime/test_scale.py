@@ -1,10 +1,12 @@
 """Scale-out on Dask: a failing batch's error comes back from a worker process, an
-unreachable scheduler or a bad address is a clear error before any job, and batches run
-serially with workers=1. (Byte identity of a real LocalCluster against a serial run:
+unreachable scheduler or a bad address is a clear error before any job, batches run
+serially with workers=1, and the kit's local cluster admits only clients holding its
+per-run TLS key. (Byte identity of a real LocalCluster against a serial run:
 tests/drift/test_sweep.py.)"""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,34 @@ def test_a_failing_batch_on_a_local_cluster_names_the_file(workdir: Path) -> Non
     with pytest.raises(WorkerFailed, match=r"missing\.onnx: model not found"):
         run_batches([_batch(job(output="a.npz")), _batch(job(model="missing.onnx"))],
                     workdir / "in", workdir / "out", "venv", workers=2)
+
+
+def test_the_local_cluster_refuses_a_foreign_client_and_runs_the_kits_jobs(
+        workdir: Path) -> None:
+    """A client without this run's key (plain TCP, or TLS with a key of its own, as another
+    local user would bring) is refused at the handshake and runs nothing; the kit's own
+    client still runs a real batch in a worker process."""
+    from distributed import Client
+    from distributed.comm.core import CommClosedError
+
+    client = scale.local_client(1)
+    cluster = client.cluster
+    try:
+        address = cluster.scheduler_address
+        assert address.startswith("tls://127.0.0.1:")
+        port = address.rsplit(":", 1)[1]
+        for foreign, security in ((f"tcp://127.0.0.1:{port}", None),
+                                  (address, scale.run_security())):
+            start = time.monotonic()
+            with pytest.raises((OSError, CommClosedError, TimeoutError)):
+                Client(foreign, timeout=3, security=security)
+            assert time.monotonic() - start < 5
+        assert client.submit(scale._run_batch, _batch(job(output="a.npz")), str(workdir / "in"),
+                             str(workdir / "out"), "venv", pure=False).result() == 1
+        assert (workdir / "out" / "a.npz").is_file()
+    finally:
+        client.close()
+        cluster.close()
 
 
 def test_an_unreachable_scheduler_is_refused(workdir: Path,

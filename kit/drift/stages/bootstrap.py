@@ -70,8 +70,9 @@ def run_bootstrap(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
     """Both bootstraps over the primary table; returns the stage record."""
     record = run.record("score")
     name = table_name("cand", record["primary_condition"])
-    table = read_table(run.root / record["tables"][name]["path"], record["tables"][name])
-    layers = load_npz(run.root / record["layers"]["path"])
+    table = read_table(run.listed("score", record["tables"][name]["path"],
+                                  f"tables.{name}.path"), record["tables"][name])
+    layers = load_npz(run.listed("score", record["layers"]["path"], "layers.path"))
     summary, arrays = compute(protocol, table, layers, record["codes"]["models"],
                               images_of_role(run, "calibration"), images_of_role(run, "heldout"))
     out = run.stage("bootstrap")

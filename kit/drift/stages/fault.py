@@ -25,6 +25,7 @@ from kit.drift.detectors import direct_l2
 from kit.drift.evidence import POSITIONS
 from kit.drift.faults import FaultRecord, conv_layers, inject
 from kit.drift.instrument import instrument
+from kit.drift.protocol import session_threads
 from kit.drift.stages.infer import batches
 from kit.files import canonical_json, load_npz, write_atomic, write_npz
 from kit.runfolder import Progress, Run, say
@@ -74,12 +75,13 @@ def _calibration_inputs(run: Run) -> Path:
 
 def _probe_jobs(protocol: dict[str, Any], run: Run, mi: int, name: str, plain: Path,
                 where: dict[str, int], inputs: str
-                ) -> tuple[list[Probe], list[dict[str, str]]]:
+                ) -> tuple[list[Probe], list[dict[str, Any]]]:
     """Every grid severity's probe model of one model, and the jobs scoring them on calibration."""
     families, grids = protocol["faults"]["families"], protocol["faults"]["severity_grids"]
     probe = run.stage("fault") / "probe"
     probes: list[Probe] = []
-    jobs: list[dict[str, str]] = []
+    jobs: list[dict[str, Any]] = []
+    threads = session_threads(protocol)
     for pi, position in enumerate(POSITIONS):
         for fi, family in enumerate(families):
             for gi, severity in enumerate(grids[family]):
@@ -89,7 +91,7 @@ def _probe_jobs(protocol: dict[str, Any], run: Run, mi: int, name: str, plain: P
                 probes.append((position, family, gi, seed, record))
                 jobs.append({"id": target.stem, "model": target.relative_to(run.root)
                              .as_posix(), "inputs": inputs,
-                             "output": f"{name}/{target.stem}.npz"})
+                             "output": f"{name}/{target.stem}.npz", **threads})
     return probes, jobs
 
 
@@ -123,7 +125,8 @@ def run_fault(protocol: dict[str, Any], run: Run, backend: str | None = None,
     ref, cand = get_runtime(protocol["runtimes"]["reference"]), \
         get_runtime(protocol["runtimes"]["candidate"])
     clean_jobs = [{"id": name, "model": fetched["models"][name]["onnx"], "inputs": inputs,
-                   "output": f"{name}/clean.npz"} for name in protocol["models"]]
+                   "output": f"{name}/clean.npz", **session_threads(protocol)}
+                  for name in protocol["models"]]
     say("fault: clean calibration logits under both runtimes")
     run_batches(batches(ref, clean_jobs, folder="ref") + batches(cand, clean_jobs, folder="cand"),
                 run.root, probe, backend, scheduler, workers)
@@ -134,7 +137,7 @@ def run_fault(protocol: dict[str, Any], run: Run, backend: str | None = None,
     evidence: list[dict[str, Any]] = []
     progress = Progress("fault: models", len(protocol["models"]))
     for mi, name in enumerate(protocol["models"]):
-        plain = run.root / fetched["models"][name]["onnx"]
+        plain = run.listed("fetch", fetched["models"][name]["onnx"], f"models.{name}.onnx")
         r_clean = load_npz(probe / "ref" / name / "clean.npz")["logits"]
         c_clean = load_npz(probe / "cand" / name / "clean.npz")["logits"]
         limit = threshold(direct_l2(c_clean, r_clean), protocol["calibration"]["quantile"])

@@ -132,7 +132,8 @@ def run_fetch(protocol: dict[str, Any], run: Run, substrate: str,
     for name in protocol["models"]:
         path, record = weights[name]
         model = load_checkpoint(name, path, classes)
-        plain = export_onnx(model, out / "models" / f"{name}.onnx", (1, 3, 32, 32))
+        plain = export_onnx(model, out / "models" / f"{name}.onnx", (1, 3, 32, 32),
+                            opset=protocol["export"]["opset"])
         sketches = instrument(plain, out / "models" / f"{name}.sketch.onnx",
                               protocol["instrumentation"]["max_values"])
         models[name] = {"onnx": plain.relative_to(run.root).as_posix(),

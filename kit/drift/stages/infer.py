@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kit.drift.protocol import session_threads
 from kit.files import sha256
 from kit.runfolder import Run, say
 from kit.runtime.runtimes import Runtime, get_runtime
@@ -46,6 +47,7 @@ def plan(protocol: dict[str, Any], run: Run) -> dict[str, list[dict[str, Any]]]:
     primary = next(name for name, c in split["conditions"].items() if c.get("primary"))
     factor_conds = ["orig", primary]
     jobs: dict[str, list[dict[str, Any]]] = {"reference": [], "candidate": []}
+    threads = session_threads(protocol)
     for model in protocol["models"]:
         entry = fetched["models"][model]
         variants = [("clean", entry["onnx"], entry["sketch_onnx"])]
@@ -65,7 +67,8 @@ def plan(protocol: dict[str, Any], run: Run) -> dict[str, list[dict[str, Any]]]:
                     out = output_path(cell, model, variant, graph, cond)
                     jobs[role].append({"id": out.removesuffix(".npz"), "model": onnx,
                                        "inputs": f"split/inputs/{cond}.npz",
-                                       "graph_optimization": level, "output": out})
+                                       "graph_optimization": level, "output": out,
+                                       **threads})
     return jobs
 
 
@@ -91,7 +94,8 @@ def is_done(run: Run, job: dict[str, Any], hashes: dict[str, str], stage: str = 
     options = record.get("session_options", {})
     return bool(record.get("output_sha256") == sha256(output)
                 and options.get("graph_optimization") == job["graph_optimization"]
-                and options.get("intra_op_threads") == job.get("intra_op_threads", 1))
+                and options.get("intra_op_threads") == job.get("intra_op_threads", 1)
+                and options.get("inter_op_threads") == job.get("inter_op_threads", 1))
 
 
 def batches(runtime: Runtime, pending: list[dict[str, Any]], size: int = BATCH_JOBS,

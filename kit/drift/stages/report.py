@@ -48,7 +48,8 @@ def provenance(run: Run) -> dict[str, Any]:
 def run_report(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
     del protocol
     score_record = run.record("score")
-    load = {name: read_json(run.root / run.record(name)["summary"]["path"],
+    load = {name: read_json(run.listed(name, run.record(name)["summary"]["path"],
+                                       "summary.path"),
                             f"delete {run.stage(name)} and rerun the {name} stage")
             for name in ("score", "bootstrap", "sensitivity")}
     found = report.tables(load["score"], load["bootstrap"], load["sensitivity"])
@@ -57,7 +58,8 @@ def run_report(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
         write_atomic(out / f"{name}.md", markdown(header, rows).encode())
         write_atomic(out / f"{name}.csv", csv_text(header, rows).encode())
     name = table_name("cand", score_record["primary_condition"])
-    table = read_table(run.root / score_record["tables"][name]["path"],
+    table = read_table(run.listed("score", score_record["tables"][name]["path"],
+                                  f"tables.{name}.path"),
                        score_record["tables"][name])
     paper = report.paper_values(load_ledger(LEDGER))
     figures = report.figures(out, load["score"], load["bootstrap"], load["sensitivity"], table,

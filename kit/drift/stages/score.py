@@ -270,7 +270,8 @@ def summarise(protocol: dict[str, Any], record: dict[str, Any], tables: dict[str
 
 
 def load_tables(run: Run, record: dict[str, Any]) -> dict[str, dict[str, Array]]:
-    return {name: read_table(run.root / d["path"], d) for name, d in record["tables"].items()}
+    return {name: read_table(run.listed("score", d["path"], f"tables.{name}.path"), d)
+            for name, d in record["tables"].items()}
 
 
 def run_score(protocol: dict[str, Any], run: Run) -> dict[str, Any]:

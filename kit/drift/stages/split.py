@@ -60,7 +60,8 @@ def run_split(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
         positions = np.arange(len(rows)) if cond["rows"] == "all" else reduced
         picked = images[positions]
         if cond["rotation"] is not None:
-            picked = rotate(picked, cond["rotation"]["degrees"], cond["rotation"]["interpolation"])
+            picked = rotate(picked, cond["rotation"]["degrees"], cond["rotation"]["interpolation"],
+                            protocol["rotation"]["fill"])
         write_npz(out / "images" / f"{name}.npz", {"images": picked})
         write_npz(out / "inputs" / f"{name}.npz",
                   {"input": to_input(picked, fetched["mean"], fetched["std"])})

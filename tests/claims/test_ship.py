@@ -1,0 +1,99 @@
+"""``kit ship`` writes only under ``claims/<study>/evidence/<substrate>``: crafted run
+records (a substrate that climbs out, a table path that leaves the run, a link out of the
+run) are refused naming the file and the field, exit 2, nothing written or removed; a
+good run replaces its target and nothing beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import kit.claims.ship as shipping
+from kit.__main__ import main
+from kit.claims.ship import SHIPPED, ship
+from kit.errors import KitError
+
+
+def listing(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+
+
+def crafted(tmp_path: Path, substrate: str, table: str) -> tuple[Path, Path]:
+    """(a finished-looking run folder naming ``substrate`` and one table ``table``, a
+    checkout holding ``claims/`` and a victim folder beside it)."""
+    run, root = tmp_path / "run", tmp_path / "repo"
+    for name in SHIPPED:
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text("{}")
+    (run / "fetch" / "fetch.json").write_text(f'{{"substrate": "{substrate}"}}')
+    (run / "score" / "score.json").write_text(f'{{"tables": {{"primary": {{"path": "{table}"}}}}}}')
+    (run / "score" / "t.csv").write_text("a,b\n")
+    (run / "manifest.json").write_text('{"files": {}}')
+    (root / "claims" / "drift" / "evidence").mkdir(parents=True)
+    (root / "victim").mkdir()
+    (root / "victim" / "keep.txt").write_text("the user's")
+    (tmp_path / "outside.txt").write_text("not the run's")
+    return run, root
+
+
+@pytest.mark.parametrize(("substrate", "table", "field"), [
+    ("../../../victim", "score/t.csv", "substrate '../../../victim' is not one plain name"),
+    ("digits/../../../../victim", "score/t.csv", "substrate 'digits/../../../../victim'"),
+    ("digits", "../outside.txt", "tables.primary.path '../outside.txt' is not a relative"),
+    ("digits", "/etc/passwd", "tables.primary.path '/etc/passwd' is not a relative"),
+    ("digits", "score\\\\t.csv", "tables.primary.path 'score\\\\t.csv' is not"),  # one backslash
+    ("digits", "score//t.csv", "tables.primary.path 'score//t.csv' is not"),
+    ("digits", "score/" + "t" * 300, "is not a relative path of plain names"),
+])
+def test_a_crafted_record_is_refused_naming_the_file_and_field(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        substrate: str, table: str, field: str) -> None:
+    run, root = crafted(tmp_path, substrate, table)
+    monkeypatch.setattr(shipping, "ROOT", root)
+    before, run_before = listing(tmp_path), listing(run)
+    assert main(["ship", "--run", str(run)]) == 2
+    err = capsys.readouterr().err
+    record = "fetch/fetch.json" if "substrate" in field else "score/score.json"
+    assert err.startswith(f"kit: error: {run.resolve() / record}: ") or \
+        err.startswith(f"kit: error: {run / record}: ")
+    assert field in err
+    assert listing(tmp_path) == before  # nothing written or removed, the lock file too
+    assert listing(run) == run_before
+    assert (root / "victim" / "keep.txt").read_text() == "the user's"
+
+
+def test_a_link_out_of_the_run_is_refused(tmp_path: Path) -> None:
+    run, root = crafted(tmp_path, "digits", "score/link.csv")
+    (run / "score" / "link.csv").symlink_to(tmp_path / "outside.txt")
+    with pytest.raises(KitError, match=r"score\.json: a listed file 'score/link\.csv' leads "
+                                       r"out of .*outside\.txt"):
+        ship(run, root=root)
+    assert listing(root / "claims") == ["drift", "drift/evidence"]
+
+
+def test_a_good_ship_replaces_its_target_and_nothing_beside_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run, root = crafted(tmp_path, "digits", "score/t.csv")
+    monkeypatch.setattr(shipping, "write_manifests", lambda root: None)
+    evidence = root / "claims" / "drift" / "evidence"
+    (evidence / "digits" / "old").mkdir(parents=True)
+    (evidence / "digits" / "old" / "stale.json").write_text("{}")
+    for beside in ("digits.tmp", ".digits.tmp", "cifar100"):  # the user's, or another's
+        (evidence / beside).mkdir()
+        (evidence / beside / "keep.txt").write_text("kept")
+    assert ship(run, root=root) == evidence / "digits"
+    assert "score/t.csv" in listing(evidence / "digits")
+    assert "run-manifest.json" in listing(evidence / "digits")
+    assert not (evidence / "digits" / "old").exists()
+    assert sorted(p.name for p in evidence.iterdir()) == [".digits.tmp", "cifar100", "digits",
+                                                        "digits.tmp"]
+    assert all((evidence / b / "keep.txt").read_text() == "kept"
+               for b in ("digits.tmp", ".digits.tmp", "cifar100"))
+
+
+def test_a_missing_file_writes_nothing(tmp_path: Path) -> None:
+    run, root = crafted(tmp_path, "digits", "score/absent.csv")
+    with pytest.raises(KitError, match=r"score/absent\.csv: missing"):
+        ship(run, root=root)
+    assert listing(root / "claims") == ["drift", "drift/evidence"]

@@ -1,0 +1,55 @@
+"""``verify --replay`` removes a ``<run>-replay`` folder only when the kit made it (its
+``.kit-replay`` mark); any other folder there is refused naming it, before anything is
+made or removed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kit.__main__ import main
+from kit.drift.replay import check_target, prepare
+from kit.errors import KitError
+from kit.runfolder import REPLAY_MARK, hashed_files
+
+ORDER = ("fetch", "split", "score")
+
+
+def test_a_replay_folder_the_kit_did_not_make_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first, target = tmp_path / "run", tmp_path / "run-replay"
+    (target / "data").mkdir(parents=True)
+    (target / "data" / "keep.txt").write_text("the user's")
+    assert main(["verify", "--replay", "--run", str(first), "--small"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kit: error: {target}: a folder the kit did not make (no "
+                          f"{REPLAY_MARK} mark)")
+    assert (target / "data" / "keep.txt").read_text() == "the user's"
+    assert sorted(p.name for p in target.iterdir()) == ["data"]
+    assert not first.exists()  # refused before the first run folder was made
+
+
+def test_a_file_at_the_replay_path_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "run-replay").write_text("the user's")
+    with pytest.raises(KitError, match="run-replay: is not a folder"):
+        check_target(tmp_path / "run-replay")
+    assert (tmp_path / "run-replay").read_text() == "the user's"
+
+
+def test_the_kits_replay_folder_is_marked_and_made_again(tmp_path: Path) -> None:
+    first, target = tmp_path / "run", tmp_path / "run-replay"
+    for stage in ORDER:
+        (first / stage).mkdir(parents=True)
+        (first / stage / f"{stage}.json").write_text("{}")
+    prepare(first, target, ("score",), ORDER)
+    assert (target / REPLAY_MARK).is_file()
+    assert sorted(p.name for p in target.iterdir()) == sorted(
+        [".lock", REPLAY_MARK, "fetch", "split"])
+    assert (target / "fetch" / "fetch.json").stat().st_ino == \
+        (first / "fetch" / "fetch.json").stat().st_ino  # hard-linked
+    (target / "score").mkdir()
+    (target / "score" / "old.npz").write_text("an earlier replay's")
+    prepare(first, target, ("split", "score"), ORDER)  # the kit's own folder: emptied
+    assert sorted(p.name for p in target.iterdir()) == sorted([".lock", REPLAY_MARK, "fetch"])
+    assert REPLAY_MARK not in {p.name for p in hashed_files(target)}  # not a result
