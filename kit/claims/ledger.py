@@ -38,7 +38,9 @@ agreement with the run's record) must still pass, else the claim ``differs``.
 
 A printed pair (precision/recall, both ends of an interval) is graded on every half: the
 rule grades the first half and each of its ``parts`` (its own ``label``, printed ``value``
-and ``compute``) another; the row's status is the weakest half's (``RANK``).
+and ``compute``) another; the row's status is the weakest measured half's (``RANK``,
+``weakest``): a half equal by design or only described, such as the n of a printed k/n,
+is shown beside and fails the row when it fails, but does not stand in for a measurement.
 
 Every threshold a deciding rule compares against carries its ``threshold`` source:
 ``paper`` (with the line it is printed on), ``boundary`` (a natural boundary: zero, one,
@@ -94,7 +96,7 @@ RANK = {"differs": 0, "direction reversed": 1, "hypothesis fails": 1, "described
         "reproduced": 6}
 CONSTANTS = {"drift.constant", "sciml.constant_value"}
 # The statuses that claim agreement with the paper: each such rule must be able to fail.
-AGREEMENT = ("reproduced", "direction reproduced")
+AGREEMENT = ("reproduced", "by design", "direction reproduced")
 GRADES = {"exact": "value", "rounds_to": "value", "abs_tol": "value",
           "sign": "direction", "compare": "direction", "true": "direction",
           "agrees": "consistency", "within": "consistency", "describe": "description"}
@@ -379,16 +381,27 @@ def _decide_claim(claim: dict[str, Any], rule: dict[str, Any], evidence: Any, pa
         note = finding["reason"]
     if "not_a_finding" in rule:
         note = f"not a finding: {rule['not_a_finding']}; {note}"
+    halves = [verdict]
     for part in rule.get("parts", ()):
         part_verdict, part_words = _decide_part(part, evidence, paper)
-        verdict = min(verdict, part_verdict, key=RANK.__getitem__)
+        halves.append(part_verdict)
         words += f"; {part_words} [{part_verdict}]"
+    verdict = weakest(halves)
     if "revised" in rule:
         words += "; " + _revised(rule["revised"], claim, evidence)
     kit_value = value if "compute" not in rule else call(claim["compute"], evidence)
     return Outcome(**base, **where, recomputed=_show(kit_value), rule=words, status=verdict,
                    note=note, effect=effect(published, kit_value),
                    thresholds=tuple(thresholds(rule)))
+
+
+def weakest(halves: list[str]) -> str:
+    """The status of a row graded on several halves: the weakest half that decides
+    something. A half equal by design or only described (the n of a printed k/n) is
+    shown beside but neither lends a measured half its status nor takes it away; it
+    decides only when no half is measured, and fails the row when it fails."""
+    measured = [h for h in halves if h not in ("by design", "described")]
+    return min(measured or halves, key=RANK.__getitem__)
 
 
 def _decide_part(part: dict[str, Any], evidence: Any, paper: bool) -> tuple[str, str]:

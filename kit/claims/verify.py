@@ -207,15 +207,64 @@ def link_kit_answers(ledgers: list[dict[str, Any]], outcomes: list[Outcome],
 
 
 def print_outcomes(outcomes: list[Outcome]) -> None:
-    print(f"{'claim':<8} {'substrate':<9} {'published':<28} {'recomputed':<24} "
-          f"{'status':<20} rule")
+    """One line per claim check: the claim, its statement (shortened), the paper's number
+    as printed, the kit's, the status and the rule in words."""
+    print(f"{'claim':<8} {'substrate':<9} {'statement':<34} {'published':<24} "
+          f"{'recomputed':<20} {'status':<20} rule")
     for o in outcomes:
         paper = "" if o.effect is None or o.effect["ratio"] is None else \
             f" [kit {_short(o.effect['kit'])} vs paper {_short(o.effect['paper'])}: " \
             f"x{o.effect['ratio']:.3g}]"
-        print(f"{o.claim:<8} {o.substrate:<9} {o.published[:28]:<28} {o.recomputed[:24]:<24} "
-              f"{o.status:<20} {o.rule}{paper}" + (f" ({o.note})" if o.status == "not run here"
-                                                    else ""))
+        print(f"{o.claim:<8} {o.substrate:<9} {_cut(o.statement, 34):<34} "
+              f"{_cut(o.published, 24):<24} {_cut(o.recomputed, 20):<20} {o.status:<20} "
+              f"{o.rule}{paper}" + (f" ({o.note})" if o.status == "not run here" else ""))
+
+
+def print_details(outcomes: list[Outcome]) -> None:
+    """Every field of each claim check, one per line (``verify --claim``)."""
+    for o in outcomes:
+        print(f"{o.claim} ({o.study}, {o.substrate}): {o.status}")
+        fields = [("statement", o.statement), ("section", o.section),
+                  ("paper printed", o.published), ("kit", o.recomputed), ("rule", o.rule),
+                  *(("threshold from", t) for t in o.thresholds),
+                  ("note", o.note), ("evidence", ", ".join(f"{o.evidence_folder}/{e}"
+                                                           for e in o.evidence))]
+        for name, text in fields:
+            if text:
+                print(f"  {name + ':':<15} {text}")
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "~"
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """Which claim checks verify prints (``--claim``, ``--study``, ``--status``); the
+    integrity checks, the exit status and the counts still cover everything."""
+
+    claims: tuple[str, ...] = ()
+    studies: tuple[str, ...] = ()
+    statuses: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.claims or self.studies or self.statuses)
+
+    def chosen(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """The selected checks; a claim, study or status that selects nothing is an error
+        naming what there is."""
+        for asked, known, what in ((self.claims, {o.claim for o in outcomes}, "claim"),
+                                   (self.studies, {o.study for o in outcomes}, "study"),
+                                   (self.statuses, set(STATUSES), "status")):
+            unknown = sorted(set(asked) - known)
+            if unknown:
+                shown = sorted(known) if len(known) < 20 else f"{len(known)} of them"
+                raise KitError(f"verify: no {what} {', '.join(unknown)} in the ledgers "
+                               f"(known: {shown})")
+        return [o for o in outcomes
+                if (not self.claims or o.claim in self.claims)
+                and (not self.studies or o.study in self.studies)
+                and (not self.statuses or o.status in self.statuses)]
 
 
 def _short(x: Any) -> str:
@@ -252,10 +301,13 @@ def evaluate_all(root: Path, ledger_paths: list[Path], problems: list[str]) -> l
 
 
 def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: bool = False,
-           expect_root: str | None = None, page: Path | None = None) -> int:
+           expect_root: str | None = None, page: Path | None = None,
+           select: Selection | None = None) -> int:
     """Every check; returns the exit code (0 only with no ``differs`` and no failed check;
     with ``strict_findings`` also none ``direction reversed``; with ``expect_root`` the
-    root digest must equal it)."""
+    combined root must equal it). The summary and any failure print first, then the
+    claim checks (only the ``select``ed ones, in full when claims are named), then the
+    verdict line again."""
     start = time.monotonic()
     clear_cache()
     ledger_paths = sorted((root / "claims").glob("*.yaml"))
@@ -264,19 +316,33 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
         return 1
     problems: list[str] = []
     outcomes = evaluate_all(root, ledger_paths, problems)
+    shown = (select or Selection()).chosen(outcomes)
     found_roots = roots(root)
     digest = found_roots["combined"]
     if expect_root is not None and expect_root.lower() != digest:
         problems.append(f"root digest {digest} differs from the expected {expect_root} "
                         f"(evidence root {found_roots['evidence']}, code root "
                         f"{found_roots['code']})")
-    print_outcomes(outcomes)
-    for problem in problems:
-        print(f"verify: FAIL {problem}", file=sys.stderr)
     counts = count_statuses(outcomes)
     reversed_ = [f"{o.claim}/{o.substrate}" for o in outcomes if o.status == "direction reversed"]
     differing = [f"{o.claim}/{o.substrate}" for o in outcomes if o.status == "differs"]
     ok = not problems and not differing and not (strict_findings and reversed_)
+    report = {"ok": ok, "root": digest, "roots": found_roots,
+              "strict_findings": strict_findings,
+              "problems": problems, "counts": counts,
+              "claims": [o.as_dict() for o in outcomes]}
+    validate_report(report)
+    verdict = (f"verify: {len(outcomes)} claim checks, {len(problems)} failed checks, "
+               f"{time.monotonic() - start:.1f} s; root {digest}; {'OK' if ok else 'FAILED'}")
+    print(verdict)
+    for study, found in counts.items():
+        print(f"verify: {study}: " + ", ".join(f"{n} {s}" for s, n in found.items() if n))
+    print(f"verify: evidence root {found_roots['evidence']} (ledgers, evidence, manifests, "
+          "schemas, MR cards, protocols, locks)")
+    print(f"verify: code root {found_roots['code']} (the kit modules verify imports, "
+          "pyproject.toml)")
+    for problem in problems:
+        print(f"verify: FAIL {problem}", file=sys.stderr)
     if reversed_:
         print(f"verify: the paper's direction is reversed on the stand-in substrate for "
               f"{len(reversed_)} claims"
@@ -284,25 +350,21 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
               + ", ".join(reversed_))
     if differing:
         print(f"verify: {len(differing)} claims differ: " + ", ".join(differing))
-    report = {"ok": ok, "root": digest, "roots": found_roots,
-              "strict_findings": strict_findings,
-              "problems": problems, "counts": counts,
-              "claims": [o.as_dict() for o in outcomes]}
-    validate_report(report)
     if json_out is not None:
         write_atomic(json_out, canonical_json(report))
     if page is not None:
         from kit.claims.page import write_page
 
         print(f"verify: claims page {write_page(report, page)}")
-    for study, found in counts.items():
-        print(f"verify: {study}: " + ", ".join(f"{n} {s}" for s, n in found.items() if n))
-    print(f"verify: evidence root {found_roots['evidence']} (ledgers, evidence, manifests, "
-          "schemas, MR cards, protocols, locks)")
-    print(f"verify: code root {found_roots['code']} (the kit modules verify imports, "
-          "pyproject.toml)")
-    print(f"verify: {len(outcomes)} claim checks, {len(problems)} failed checks, "
-          f"{time.monotonic() - start:.1f} s; root {digest}; {'OK' if ok else 'FAILED'}")
+    if select:
+        print(f"verify: {len(shown)} of {len(outcomes)} claim checks selected")
+    print()
+    if select and select.claims:
+        print_details(shown)
+    else:
+        print_outcomes(shown)
+    print()
+    print(verdict)
     return 0 if ok else 1
 
 

@@ -116,14 +116,27 @@ def mgn_transitions(ev: Any, trajectory: str, seed: int = 0) -> Value:
     return len(_cases(ev, "mgn", [seed], trajectory))
 
 
-def mgn_architectures(ev: Any) -> Value:
+def mgn_architectures(ev: Any, include_roster: bool = False) -> Value:
     """Cylinder-flow architectures beyond the seed replicas: the wider/deeper variants,
-    the PointMLP and PhysicsNeMo's MeshGraphNet, as far as ``mgn.json`` holds them."""
+    the PointMLP and PhysicsNeMo's MeshGraphNet, as far as ``mgn.json`` holds them; with
+    ``include_roster`` the MeshGraphNet seed replicas count as one more (the paper's "four
+    architectures" at L353: the roster, the variants, PointMLP, PhysicsNeMo)."""
     groups = set()
     for s in ev.json("mgn.json")["subjects"]:
         groups.add("variants" if s["arch"] == "mgn" and s["seed"] in VARIANTS else s["arch"])
-    groups.discard("mgn")
+    if not include_roster:
+        groups.discard("mgn")
     return len(groups)
+
+
+TASKS = {"mgn-": "incompressible cylinder flow", "cmp-": "compressible airfoil"}
+
+
+def cfd_tasks(ev: Any) -> Value:
+    """CFD tasks with at least one executed verdict in the verdict ledger (cylinder flow:
+    ``mgn-`` cards, the compressible airfoil: ``cmp-`` cards)."""
+    return len({task for v in ev.json("ledger.json")["verdicts"]
+                for prefix, task in TASKS.items() if v["card"].startswith(prefix)})
 
 
 def physicsnemo_ran(ev: Any) -> Value:
@@ -271,14 +284,52 @@ def fault_classes_caught(ev: Any, detector: str, allowed: list[str], subject: in
     return bool(caught) and all(c in allowed for c in caught)
 
 
-def fault_detected_metric(ev: Any, detector: str, metric: str, stat: str = "min",
-                          subject: int = 0, seed: int = 0) -> Value:
-    """A metric over the canonical mutants the detector catches on one cell."""
-    values = [t[metric] for m in _canonical(ev).values()
-              for t in _trials(m, [subject], [seed]) if _hit(t, detector)]
+def _selected(ev: Any, mutants: list[str] | None, classes: list[str] | None
+              ) -> dict[str, Any]:
+    """Canonical mutants named in ``mutants`` or of a class in ``classes`` (all if neither);
+    a named mutant the catalogue lacks is an error."""
+    canonical = _canonical(ev)
+    missing = sorted(set(mutants or ()) - set(canonical))
+    if missing:
+        raise KitError(f"{ev.root}/mgn_faults.json: no canonical mutants {missing}")
+    found = {k: m for k, m in canonical.items()
+             if (mutants is None or k in mutants)
+             and (classes is None or m["fault_class"] in classes)}
+    if not found:
+        raise KitError(f"{ev.root}/mgn_faults.json: no canonical mutants {mutants} {classes}")
+    return found
+
+
+def fault_cell_caught(ev: Any, detector: str, mutants: list[str] | None = None,
+                      classes: list[str] | None = None, subject: int = 0, seed: int = 0
+                      ) -> Value:
+    """How many of the chosen canonical mutants (by name or class, whether or not they are
+    detected) the detector catches on one (subject, seed) cell."""
+    return int(sum(any(_hit(t, detector) for t in _trials(m, [subject], [seed]))
+                   for m in _selected(ev, mutants, classes).values()))
+
+
+def fault_cell_metric(ev: Any, mutants: list[str], metric: str, stat: str = "min",
+                      subject: int = 0, seed: int = 0) -> Value:
+    """A trial metric over the named canonical mutants on one cell, detected or not, so the
+    value can fall below the detector's threshold (a minimum over the mutants a detector
+    caught would lie above its threshold by selection)."""
+    values = [t[metric] for m in _selected(ev, mutants, None).values()
+              for t in _trials(m, [subject], [seed])]
     if not values:
-        return float("nan")  # the detector catches nothing there: the claim differs
+        raise KitError(f"{ev.root}/mgn_faults.json: no trials of {mutants} on "
+                       f"subject {subject}, seed {seed}")
     return _stat(np.array(values), stat)
+
+
+def fault_mode_count(ev: Any, mode: str, field: str, detector: str = "any") -> Value:
+    """k (trials that caught it) or n (its trials) of the first canonical mutant caught on
+    every (or no) trial, the mutant ``fault_mode_wilson`` takes; -1 when there is none."""
+    for m in _canonical(ev).values():
+        hits = [_hit(t, detector) for t in m["trials"]]
+        if (mode == "every" and all(hits)) or (mode == "none" and not any(hits)):
+            return sum(hits) if field == "k" else len(hits)
+    return -1
 
 
 def fault_union_by_subject(ev: Any, subjects: list[int], stat: str) -> Value:
@@ -326,6 +377,22 @@ def fault_sweep_trials(ev: Any, sweep: str, levels: str, detector: str = "any",
     return float(min(shares) if stat == "min" else max(shares))
 
 
+def fault_sweep_count(ev: Any, sweep: str, levels: str, field: str, detector: str = "any",
+                      stat: str = "max") -> Value:
+    """Per-trial rows of a sweep's levels: the min or max over the levels of the trials
+    that caught the fault (``field`` k), or the trials per level (``n``, equal at every
+    level)."""
+    counts = []
+    for k, row in _levels(ev, sweep, levels).items():
+        rows = _level_rows(ev, sweep, k, row)
+        counts.append(sum(_hit(t, detector) for t in rows) if field == "k" else len(rows))
+    if field == "n":
+        if len(set(counts)) != 1:
+            raise KitError(f"{ev.root}/mgn_faults.json: {sweep} levels have unequal trials")
+        return counts[0]
+    return min(counts) if stat == "min" else max(counts)
+
+
 def fault_sweep_trials_wilson(ev: Any, sweep: str, level: str, detector: str = "any"
                               ) -> Value:
     rows = _level_rows(ev, sweep, level, _levels(ev, sweep, level)[level])
@@ -362,6 +429,7 @@ FUNCTIONS: tuple[Callable[..., Value], ...] = (
     mgn_transitions, mgn_architectures, physicsnemo_ran, verdict_count, verdict_share,
     verdict_exact_interval, decision, exact_mirror, fault_catalogue, fault_detected,
     fault_metric, fault_mutants, fault_mode_wilson, fault_classes_caught,
-    fault_detected_metric, fault_union_by_subject, fault_sweep, fault_sweep_wilson,
+    fault_union_by_subject, fault_sweep, fault_sweep_wilson,
     fault_sweep_levels, fault_eval_frames, fault_some_recorded,
-    fault_sweep_trials, fault_sweep_trials_wilson, fault_pr)
+    fault_sweep_trials, fault_sweep_trials_wilson, fault_pr, cfd_tasks, fault_cell_caught,
+    fault_cell_metric, fault_mode_count, fault_sweep_count)

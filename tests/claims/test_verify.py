@@ -96,7 +96,8 @@ def test_shipped_tiny_evidence_verifies(shipped: Path, tmp_path: Path,
     assert verify(root, json_out=tmp_path / "out.json") == 0
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["counts"] == {"drift": {
-        "reproduced": 2, "by design": 0, "direction reproduced": 3, "direction reversed": 0, "described": 0,
+        "reproduced": 2, "by design": 0, "direction reproduced": 3, "direction reversed": 0,
+        "described": 0,
         "consistent": 0, "hypothesis holds": 0, "hypothesis fails": 0, "differs": 0,
         "not run here": 2}}
     assert out["root"] == roots(root)["combined"]
