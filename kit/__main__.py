@@ -110,6 +110,14 @@ def _add_claims_commands(add: Add) -> None:
                              "(the README publishes the shipped evidence's root)")
     verify.add_argument("--page", type=Path,
                         help="where to write the claims page (default runs/verify/index.html)")
+    verify.add_argument("--claim", nargs="+", default=[], metavar="ID",
+                        help="print only these claims, in full (every check still runs)")
+    verify.add_argument("--study", nargs="+", default=[], metavar="NAME",
+                        help="print only these studies' claims (drift, sciml, realdrift, "
+                             "corpus)")
+    verify.add_argument("--status", nargs="+", default=[], metavar="STATUS",
+                        help="print only claims with these statuses (quote two words: "
+                             "'by design')")
     verify.add_argument("--stages", nargs="+", help="stages to replay (default: all)")
     verify.add_argument("--compare", nargs=2, type=Path, metavar=("FIRST", "REPLAY"),
                         help="only compare two finished run folders (writes FIRST/replay.json)")
@@ -271,12 +279,22 @@ def _verify(args: argparse.Namespace) -> int:
         return _report_replay(*args.compare)
     if args.replay:
         return _replay(args)
-    from kit.claims.verify import verify
+    replay_only = [f"--{name.replace('_', '-')}" for name in REPLAY_OPTIONS
+                   if getattr(args, name) not in (None, False)]
+    if replay_only:
+        raise KitError(f"verify: {', '.join(replay_only)} only apply with --replay (or, for "
+                       "--run, --compare); add --replay or leave them out")
+    from kit.claims.verify import Selection, verify
     from kit.paths import ROOT
 
+    select = Selection(tuple(args.claim), tuple(args.study), tuple(args.status))
     return verify(json_out=args.json, strict_findings=args.strict_findings,
                   expect_root=args.expect_root,
-                  page=args.page or ROOT / "runs" / "verify" / "index.html")
+                  page=args.page or ROOT / "runs" / "verify" / "index.html", select=select)
+
+
+# The verify options that only a replay reads: refused without --replay.
+REPLAY_OPTIONS = ("stages", "run", "substrate", "backend", "protocol", "small")
 
 
 def _sciml(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -102,12 +103,24 @@ def coverage_problems(root: Path) -> list[str]:
     problems = []
     for top in COVERED:
         problems += plain_files(root / top, UNLINK)[1]
+        problems += [f"{folder}: an empty folder, which no manifest lists; remove it"
+                     for folder in _empty_folders(root / top)]
     known = {m.as_posix() for m in MANIFESTS} | set(EXEMPT)
     names = ", ".join(m.name for m in MANIFESTS)
     found = plain_files(root / "manifests")[0]
     problems += [f"{path}: not one of the kit's manifests ({names}); remove it"
                  for path in found if relative(path, root) not in known]
     return problems
+
+
+def _empty_folders(base: Path) -> list[Path]:
+    """Every folder under ``base`` that holds no file at any depth (links not followed)."""
+    found = []
+    for folder, _, _ in os.walk(base):
+        here = Path(folder)
+        if not any(p.is_file() or p.is_symlink() for p in here.rglob("*")):
+            found.append(here)
+    return [f for f in sorted(found) if f.parent not in found]
 
 
 def listed_problems(root: Path, manifest: Path, files: Callable[[Path], list[Path]]

@@ -50,8 +50,9 @@ A hypothesis (grade ``hypothesis``) is decided by its decision rule as first com
 before any of its evidence; a later revision is its ``revised`` rule (with the
 ``revision``: commit, date, why, and whether evidence existed), decided and shown beside,
 never in its place. A hypothesis that follows from the study's own selection rule or
-whose inputs were read off the kit's own run is ``not_a_finding`` (with why): it is
-graded as internal consistency.
+whose inputs were read off the kit's own run is ``not_a_finding`` (with why): when it
+holds it is internal consistency (``consistent``), never counted as a hypothesis that
+holds; when it fails, it fails as a hypothesis (a result, not an integrity failure).
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def grade(rule: dict[str, Any]) -> str:
     except that a point inside a fixed interval (or a fixed point inside an interval) is
     a finding's direction, not a point inside its own interval."""
     if "not_a_finding" in rule:
-        return "consistency"
+        return "not a finding"
     if "grade" in rule:
         return str(rule["grade"])
     if rule["rule"] == "within" and CONSTANTS & {rule["interval"]["function"],
@@ -228,6 +229,8 @@ def status(rule_grade: str, passed: bool, paper: bool) -> str:
         return "described"
     if rule_grade == "hypothesis":
         return "hypothesis holds" if passed else "hypothesis fails"
+    if rule_grade == "not a finding":  # a hypothesis read off the kit's own run or selection
+        return "consistent" if passed else "hypothesis fails"
     if passed:
         return {"value": "reproduced", "design": "by design",
                 "direction": "direction reproduced", "consistency": "consistent"}[rule_grade]

@@ -6,6 +6,11 @@ deviation and decision is recomputed with the protocol's rule (``kit.corpus.rule
 read from the recorded ones. Polygraphy's verdicts (K5) are the run's records: Polygraphy
 is not in the verify environment.
 
+The hypotheses K1-K5 take ``rule_version``: the ledger decides them under the deviation
+rule as first committed (``rule.FROZEN``, before any corpus evidence) and shows the revised
+rule (``rule.REVISED``, 02e59e2) beside; the describing functions use the revised rule the
+pipeline recorded.
+
 Imports nothing of the runtime layer: verify runs these offline.
 """
 
@@ -33,6 +38,7 @@ class CorpusEvidence:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._by_version: dict[int, dict[str, dict[str, Any]]] = {}
 
     def _listing(self, name: str, key: str) -> dict[str, Any]:
         """An evidence JSON object with a list under ``key``; KitError naming it otherwise."""
@@ -50,8 +56,20 @@ class CorpusEvidence:
 
     @cached_property
     def decisions(self) -> dict[str, dict[str, Any]]:
-        """Per case id: its entry with deviations and decision recomputed from the outputs."""
-        return {case["id"]: self._recompute(case) for case in self.record["cases"]}
+        """Per case id: its entry with deviations and decision recomputed from the outputs
+        under the revised deviation rule (the one the pipeline records)."""
+        return self.decisions_under(rule.REVISED)
+
+    def decisions_under(self, rule_version: int) -> dict[str, dict[str, Any]]:
+        """Per case id: its entry with deviations and decision recomputed from the outputs
+        under one version of the deviation rule (``kit.corpus.rule.RULE_VERSIONS``)."""
+        if rule_version not in rule.RULE_VERSIONS:
+            raise KitError(f"unknown corpus rule version {rule_version!r} "
+                           f"(known: {list(rule.RULE_VERSIONS)})")
+        if rule_version not in self._by_version:
+            self._by_version[rule_version] = {case["id"]: self._recompute(case, rule_version)
+                                              for case in self.record["cases"]}
+        return self._by_version[rule_version]
 
     @cached_property
     def detector_hosts(self) -> dict[tuple[str, str], dict[str, Any]]:
@@ -73,19 +91,20 @@ class CorpusEvidence:
                                            rule.RELATIVE_TOLERANCE * finite_scale(reference))
         return out
 
-    def _recompute(self, case: dict[str, Any]) -> dict[str, Any]:
+    def _recompute(self, case: dict[str, Any], rule_version: int) -> dict[str, Any]:
         folder = self.root / "cases" / case["id"]
         reference = load_npz(folder / "reference.npz")
-        deviations = self._deviations(case, self.record["releases"], reference)
+        deviations = self._deviations(case, self.record["releases"], reference, rule_version)
         decision = rule.decide(case, deviations, rule.scale(reference))
         ran = [r for r in deviations if deviations[r][case["level"]] is not None]
         return {**case, "deviations": deviations, "decision": decision,
                 "range": rule.range_mismatch(case, decision, ran)}
 
     def _deviations(self, case: dict[str, Any], releases: list[str],
-                    reference: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-        """d per release and level from the outputs; a missing output must have its error
-        recorded."""
+                    reference: dict[str, Any], rule_version: int = rule.REVISED
+                    ) -> dict[str, dict[str, float | None]]:
+        """d per release and level from the outputs (under ``rule_version``); a missing
+        output must have its error recorded."""
         folder = self.root / "cases" / case["id"]
         deviations: dict[str, dict[str, float | None]] = {}
         for release in releases:
@@ -95,48 +114,53 @@ class CorpusEvidence:
                 loaded = path.is_file()
                 if not loaded and level not in case["errors"].get(release, {}):
                     raise KitError(f"{path}: missing, and {CASES_JSON} records no error for it")
-                deviations[release][level] = rule.deviation(load_npz(path), reference, str(path)) \
-                    if loaded else None
+                deviations[release][level] = rule.deviation(
+                    load_npz(path), reference, str(path), rule_version) if loaded else None
         return deviations
 
-    def reproduced(self) -> list[str]:
-        return [i for i, c in self.decisions.items() if c["decision"]["reproduced"]]
+    def reproduced(self, rule_version: int = rule.REVISED) -> list[str]:
+        return [i for i, c in self.decisions_under(rule_version).items()
+                if c["decision"]["reproduced"]]
 
 
-def k1_every_case_reproduces(ev: CorpusEvidence) -> bool:
-    """K1: every listed case reproduces by the protocol's rule."""
-    return len(ev.reproduced()) == len(ev.decisions) > 0
+def k1_every_case_reproduces(ev: CorpusEvidence, rule_version: int = rule.FROZEN) -> bool:
+    """K1: every listed case reproduces by the protocol's rule (``rule_version``)."""
+    return len(ev.reproduced(rule_version)) == len(ev.decisions_under(rule_version)) > 0
 
 
-def k2_ranges_as_declared(ev: CorpusEvidence) -> bool:
+def k2_ranges_as_declared(ev: CorpusEvidence, rule_version: int = rule.FROZEN) -> bool:
     """K2: per case, the releases that deviate are exactly the declared affected ones."""
     return all(not c["range"]["extra"] and not c["range"]["missing"]
-               for c in ev.decisions.values())
+               for c in ev.decisions_under(rule_version).values())
 
 
-def k3_rate_at_least_paper(ev: CorpusEvidence) -> bool:
+def k3_rate_at_least_paper(ev: CorpusEvidence, rule_version: int = rule.FROZEN) -> bool:
     """K3: reproduced / listed >= the paper's 10/14."""
-    return len(ev.reproduced()) * rule.PAPER_LISTED >= rule.PAPER_REPRODUCED * len(ev.decisions)
+    return len(ev.reproduced(rule_version)) * rule.PAPER_LISTED >= \
+        rule.PAPER_REPRODUCED * len(ev.decisions_under(rule_version))
 
 
-def k4_kernel_defects(ev: CorpusEvidence) -> bool:
+def k4_kernel_defects(ev: CorpusEvidence, rule_version: int = rule.FROZEN) -> bool:
     """K4: more than half of the reproduced cases deviate at disable_all on every declared
     affected release."""
-    reproduced = [ev.decisions[i] for i in ev.reproduced()]
+    decisions = ev.decisions_under(rule_version)
+    reproduced = [decisions[i] for i in ev.reproduced(rule_version)]
     kernel = sum(1 for c in reproduced if c["decision"]["at_disable_all"])
     return 2 * kernel > len(reproduced)
 
 
-def k5_polygraphy_flags_all(ev: CorpusEvidence) -> bool:
+def k5_polygraphy_flags_all(ev: CorpusEvidence, rule_version: int = rule.FROZEN) -> bool:
     """K5: Polygraphy's recorded check reports a mismatch on every reproduced case."""
     recorded = {c["id"]: c.get("polygraphy") for c in ev.record["cases"]}
-    return all(recorded[i] is not None and recorded[i]["mismatch"] for i in ev.reproduced())
+    return all(recorded[i] is not None and recorded[i]["mismatch"]
+               for i in ev.reproduced(rule_version))
 
 
-def rate(ev: CorpusEvidence, stat: str = "value") -> Value:
+def rate(ev: CorpusEvidence, stat: str = "value", rule_version: int = rule.FROZEN) -> Value:
     """The issue-level reproduction rate (``value``), its Wilson 95% interval
-    (``wilson95``), or the counts (``reproduced``, ``listed``)."""
-    hits, n = len(ev.reproduced()), len(ev.decisions)
+    (``wilson95``), or the counts (``reproduced``, ``listed``), under the deviation rule
+    ``rule_version`` (default: as first committed)."""
+    hits, n = len(ev.reproduced(rule_version)), len(ev.decisions_under(rule_version))
     if n == 0:
         raise KitError(f"{ev.root / CASES_JSON}: no cases")
     found: dict[str, Value] = {"value": hits / n, "wilson95": list(wilson(hits, n)),

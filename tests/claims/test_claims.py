@@ -135,9 +135,9 @@ def test_grade_by_kind_and_by_what_an_interval_is() -> None:
 
 def test_a_hypothesis_that_is_not_a_finding_is_graded_as_consistency() -> None:
     rule = {"rule": "true", "grade": "hypothesis", "not_a_finding": "follows from the rule"}
-    assert grade(rule) == "consistency"
+    assert grade(rule) == "not a finding"
     assert status(grade(rule), True, False) == "consistent"
-    assert status(grade(rule), False, False) == "differs"
+    assert status(grade(rule), False, False) == "hypothesis fails"
 
 
 # A claim graded on both halves of a printed pair (0.75/0.5 printed; the kit measures

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,10 @@ from kit.runfolder import Run, write_manifest
 F = "drift."
 
 
+# The source of the test ledger's thresholds (a rate lies in [0, 100] percent).
+BOUNDARY = {"source": "boundary", "why": "a rate in percent lies between 0 and 100"}
+
+
 def small_ledger() -> dict[str, Any]:
     """A ledger whose claims apply to the one-model tiny run (T-001 also to cifar100,
     whose evidence is absent: not run here)."""
@@ -57,14 +62,17 @@ def small_ledger() -> dict[str, Any]:
             claim("T-002", "case_count", {"kind": "fault"}, {"rule": "exact"}, 180),
             claim("T-003", "rate", {"detector": "maximum"},
                   {"rule": "compare", "op": "ge", "than": {"function": F + "constant",
-                                                           "args": {"value": 0}}}),
+                                                           "args": {"value": 0}},
+                   "threshold": BOUNDARY}),
             claim("T-004", "boot", {"which": "nested", "quantity": "direct/tpr",
                                     "stat": "mean"},
                   {"rule": "within", "interval": {"function": F + "constant",
-                                                  "args": {"value": [0, 100]}}}),
+                                                  "args": {"value": [0, 100]}},
+                   "threshold": BOUNDARY}),
             claim("T-005", "localisation", {"kind": "direct", "stat": "top1"},
                   {"rule": "within", "interval": {"function": F + "constant",
-                                                  "args": {"value": [0, 100]}}}),
+                                                  "args": {"value": [0, 100]}},
+                   "threshold": BOUNDARY}),
             {"id": "T-007", "statement": "absent substrate", "published": "20", "value": 20,
              "kind": "test", "compute": {"function": F + "sample_count"},
              "rules": {"cifar100": {"rule": "exact", "reason": "a rule of the test ledger"}},
@@ -253,7 +261,7 @@ def test_a_reversed_finding_is_printed_and_fails_only_under_strict_findings(
         "rules": {"digits": {
             "rule": "agrees", "reason": "a rule of the test ledger",
             "than": {"function": F + "rate", "args": {"detector": "direct"}},
-            "finding": {"rule": "sign", "sign": "negative",
+            "finding": {"rule": "sign", "sign": "negative", "threshold": BOUNDARY,
                         "reason": "a rule of the test ledger"}}},
         "evidence": ["score/cases/cand-rot10-bilinear.npz"]})
     path = root / "claims/drift.yaml"
@@ -585,7 +593,7 @@ def test_every_problem_is_listed_and_the_claims_still_decided(repository: Path,
     assert len(found) == 4
     assert proc.returncode == 1
     assert "verify: 610 claim checks, 4 failed checks" in proc.stdout
-    assert "A-001    digits    three" in proc.stdout
+    assert re.search(r"^A-001    digits    .* three ", proc.stdout, re.MULTILINE)
 
 
 def test_every_schema_violation_of_a_record_is_listed(repository: Path,
@@ -664,3 +672,13 @@ def test_a_kit_answer_names_the_recomputed_value_and_a_dangling_one_fails() -> N
                              text=True, cwd=ROOT, check=False).stdout
     row = next(line for line in shipped.splitlines() if line.startswith("A-108 "))
     assert "answered on the kit's own material by corpus C-006 = " in row
+
+
+def test_an_empty_folder_under_the_evidence_is_a_failed_check(repository: Path,
+                                                              tmp_path: Path) -> None:
+    root = repo_copy(repository, tmp_path)
+    empty = root / "claims/drift/evidence/digits/extra"
+    (empty / "deeper").mkdir(parents=True)
+    proc = run_verify(root)
+    assert failures(proc) == [f"{empty}: an empty folder, which no manifest lists; remove it"]
+    assert proc.returncode == 1

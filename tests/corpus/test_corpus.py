@@ -120,6 +120,94 @@ def test_the_hypotheses_on_the_shipped_evidence() -> None:
     assert 0 < low < high <= 1
 
 
+HYPOTHESES = ("k1_every_case_reproduces", "k2_ranges_as_declared", "k3_rate_at_least_paper",
+              "k4_kernel_defects", "k5_polygraphy_flags_all")
+
+
+def test_the_first_committed_deviation_counts_a_nan_on_both_sides_as_inf() -> None:
+    """Version 1 of the deviation (protocol 4ff34ba, code 927619b): any element whose
+    difference is not finite makes d infinite, a NaN or an infinity on both sides included;
+    version 2 (02e59e2) counts those as agreement. Finite outputs give the same d."""
+    import numpy as np
+
+    want = {"y": np.array([[1.0, np.nan, np.inf]], np.float32)}
+    same = {"y": np.array([[1.0, np.nan, np.inf]])}
+    assert rule.deviation(same, want, "t", rule.REVISED) == 0.0
+    assert rule.deviation(same, want, "t", rule.FROZEN) == math.inf
+    finite = {"y": np.array([[1.0, 2.0, 3.0]], np.float32)}
+    for version in rule.RULE_VERSIONS:
+        assert rule.deviation({"y": np.array([[1.5, 2.0, 3.0]])}, finite, "t", version) == 0.5
+    with pytest.raises(KitError, match="unknown corpus rule version"):
+        rule.deviation(same, want, "t", 3)
+
+
+def test_the_first_committed_rule_gives_ten_of_eleven_on_the_shipped_evidence() -> None:
+    """Under the rule first committed, minmax-nan (its fixed releases NaN where the
+    reference is NaN) does not reproduce and no release of it deviates, so K1 and K2 fail;
+    under the revision all eleven reproduce. No other case's deviations change."""
+    ev = CorpusEvidence(ROOT / "claims" / "corpus" / "evidence" / "kit")
+    frozen, revised = ev.decisions_under(rule.FROZEN), ev.decisions_under(rule.REVISED)
+    assert [i for i, c in frozen.items() if not c["decision"]["reproduced"]] == ["minmax-nan"]
+    assert (len(ev.reproduced(rule.FROZEN)), len(ev.reproduced(rule.REVISED))) == (10, 11)
+    assert [i for i in frozen if frozen[i]["deviations"] != revised[i]["deviations"]] == [
+        "minmax-nan"]
+    assert frozen["minmax-nan"]["range"] == {
+        "extra": [], "missing": ["1.15.1", "1.16.3", "1.17.3", "1.18.1"]}
+    assert revised["minmax-nan"]["range"] == {"extra": [], "missing": []}
+    found = {version: [RECOMPUTE_CORPUS[f"corpus.{name}"](ev, rule_version=version)
+                       for name in HYPOTHESES] for version in rule.RULE_VERSIONS}
+    assert found == {rule.FROZEN: [False, False, True, True, True],
+                     rule.REVISED: [True] * 5}
+    with pytest.raises(KitError, match="unknown corpus rule version"):
+        ev.decisions_under(0)
+
+
+def test_the_ledger_decides_k1_k5_by_the_frozen_rule_with_the_revision_beside(
+        tmp_path: Path) -> None:
+    """C-001..C-005 compute under version 1 and show version 2 beside, with the revision the
+    protocol's revisions file records; they are labelled not a finding (consistency), so K1
+    and K2, which fail under the frozen rule, differ, and the revised rule's outcome never
+    takes their place. The revisions live apart from the protocol because the shipped records
+    hold the protocol's sha256."""
+    import shutil
+
+    from kit.claims.ledger import evaluate, load_ledger
+    from kit.files import read_yaml, sha256
+
+    protocol = ROOT / "kit" / "protocols" / "corpus.yaml"
+    record = read_json(ROOT / "claims" / "corpus" / "evidence" / "kit" / "corpus" / "corpus.json")
+    assert record["protocol_sha256"] == sha256(protocol)
+    revision = read_yaml(ROOT / "kit" / "protocols" / "corpus.revisions.yaml")["revisions"][0]
+    ledger = load_ledger(ROOT / "claims" / "corpus.yaml")
+    hypotheses = [c for c in ledger["claims"] if c["kind"] == "hypothesis"
+                  and "kit" in c["rules"]]
+    assert [c["compute"]["function"] for c in hypotheses] == [f"corpus.{h}" for h in HYPOTHESES]
+    for claim in hypotheses:
+        rules = claim["rules"]["kit"]
+        assert claim["compute"]["args"] == {"rule_version": rule.FROZEN}
+        assert rules["revised"]["compute"]["args"] == {"rule_version": rule.REVISED}
+        assert "not_a_finding" in rules
+        assert "threshold" in rules
+        assert {k: rules["revised"]["revision"][k] for k in ("commit", "date")} == {
+            "commit": revision["commit"], "date": revision["date"]}
+        assert rules["revised"]["revision"]["evidence_existed"] is revision["evidence_existed"]
+    detectors = read_yaml(ROOT / "kit" / "protocols" / "corpus-detectors.revisions.yaml")
+    j_rules = {c["id"]: c["rules"]["detectors"] for c in ledger["claims"]
+               if c["kind"] == "hypothesis" and "detectors" in c["rules"]}
+    assert all("threshold" in r and "revised" not in r for r in j_rules.values())
+    assert {i for i, r in j_rules.items() if "not_a_finding" in r} == {"C-027"}
+    assert j_rules["C-027"]["not_a_finding"] == detectors["not_a_finding"]["J1"]
+    shutil.copytree(ROOT / "claims" / "corpus" / "evidence" / "kit",
+                    tmp_path / "claims" / "corpus" / "evidence" / "kit")
+    found = {o.claim: o for o in evaluate(ledger, tmp_path) if o.substrate == "kit"}
+    assert {c: found[c].status for c in ("C-001", "C-002", "C-003", "C-004", "C-005")} == {
+        "C-001": "hypothesis fails", "C-002": "hypothesis fails", "C-003": "consistent",
+        "C-004": "consistent", "C-005": "consistent"}
+    assert "revised rule (02e59e2" in found["C-001"].rule
+    assert "-> consistent (shown beside" in found["C-001"].rule
+    assert found["C-001"].note.startswith("not a finding: ")
+
+
 def test_every_case_builds_a_loadable_model_with_a_batch_axis() -> None:
     import onnx
 

@@ -121,3 +121,25 @@ def test_the_ledger_grades_hypotheses_never_as_reproductions(tmp_path: Path) -> 
     assert outcomes["R-008"] == "not run here"  # no fault matrix shipped
     assert outcomes["R-012"] == "described"
     assert not {"reproduced", "direction reproduced"} & set(outcomes.values())
+
+
+def test_the_hypotheses_are_decided_by_the_protocol_as_first_committed() -> None:
+    """The sweep's protocol has one commit and no revision (its revisions file says so, kept
+    apart because the shipped sweep record holds the protocol's sha256, which still names
+    the committed file); every hypothesis rule carries where its threshold comes from, and
+    none is labelled not a finding (none follows from the sweep's own selection)."""
+    from kit.files import read_json, read_yaml, sha256
+
+    protocols = ROOT / "kit" / "protocols"
+    record = read_json(ROOT / "claims" / "realdrift" / "evidence" / "digits" / "sweep"
+                       / "sweep.json")
+    assert record["protocol_sha256"] == sha256(protocols / "realdrift.yaml")
+    revisions = read_yaml(protocols / "realdrift.revisions.yaml")
+    assert revisions["protocol"] == "kit/protocols/realdrift.yaml"
+    assert revisions["revisions"] == []
+    assert revisions["not_a_finding"] == {}
+    ledger = load_ledger(ROOT / "claims" / "realdrift.yaml")
+    rules = [c["rules"]["digits"] for c in ledger["claims"] if c["kind"] == "hypothesis"]
+    assert len(rules) == 8
+    assert all(r["threshold"]["source"] in {"paper", "boundary", "kit"} for r in rules)
+    assert not any("not_a_finding" in r or "revised" in r for r in rules)
