@@ -17,14 +17,12 @@
 from __future__ import annotations
 
 import argparse
-import errno
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kit.errors import KitError
+from kit.errors import KitError, missing_module, path_problem
 
 Add = Callable[..., argparse.ArgumentParser]
 
@@ -179,8 +177,10 @@ def _add_corpus_commands(add: Add) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m kit", description=__doc__.split("\n")[0],
-                                     allow_abbrev=False)
+    parser = argparse.ArgumentParser(
+        prog="python -m kit", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The kit's commands (each one also a nox session):\n"
+                    + __doc__.split("\n", 2)[2].replace("``", ""), allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, **options: Any) -> argparse.ArgumentParser:
@@ -191,54 +191,6 @@ def _parser() -> argparse.ArgumentParser:
                   _add_sciml_commands, _add_corpus_commands):
         adder(add)
     return parser
-
-
-def _replay(args: argparse.Namespace) -> int:
-    from kit.drift.protocol import PROTOCOL, load_protocol, write_small_protocol
-    from kit.drift.replay import check_target, prepare
-    from kit.drift.stages.pipeline import STAGES, finished, reproduce
-    from kit.runfolder import Run, default_run
-    from kit.runlock import hold
-
-    protocol = args.protocol or PROTOCOL
-    substrate = args.substrate or load_protocol(protocol)["substrate_default"]
-    first = args.run or default_run(substrate).root
-    if args.small:
-        first = args.run or first.with_name(first.name + "-small")
-    stages = tuple(args.stages or STAGES)
-    unknown = sorted(set(stages) - set(STAGES))
-    if unknown:
-        raise KitError(f"unknown stages {unknown}; stages: {STAGES}")
-    target = first.with_name(first.name + "-replay")
-    check_target(target)  # before anything is made: a folder the kit did not make is refused
-    with hold(first, create=args.small):
-        if args.small:
-            protocol = write_small_protocol(first.with_name(first.name + "-protocol.yaml"))
-        options = {"substrate": substrate, "backend": args.backend, "protocol_file": protocol}
-        if args.small and not finished(Run(first)):
-            print(f"replay: no finished first run in {first}; running the small "
-                  "configuration there first (resuming what it holds)")
-            reproduce(run_dir=first, **options)
-        prepare(first, target, stages, STAGES)  # refused while a command holds the target
-        ordered = tuple(s for s in STAGES if s in stages)
-        reproduce(ordered, run_dir=target, **options)
-        return _report_replay(first, target)
-
-
-def _report_replay(first: Path, target: Path) -> int:
-    from kit.drift.replay import compare_runs, write_report
-    from kit.runlock import hold
-
-    with hold(first, create=False), hold(target, create=False):
-        report = compare_runs(first, target)
-        path = write_report(first, report)
-    print(json.dumps({k: v for k, v in report.items() if k != "differing"}, indent=1))
-    same = report["machines"]["same"]
-    machine = {True: "same machine", False: "another machine (" + ", ".join(
-        report["machines"]["differing"]) + " differ)", None: "machine unknown"}[same]
-    print(f"replay: {report['compared']} hashed files compared, results "
-          f"{'identical' if report['identical'] else 'DIFFERENT'}; {machine}; report {path}")
-    return 0 if report["identical"] else 1
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -276,9 +228,14 @@ def _stage(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     if args.compare:
-        return _report_replay(*args.compare)
+        from kit.drift.replay import report_replay
+
+        return report_replay(*args.compare)
     if args.replay:
-        return _replay(args)
+        from kit.drift.replay import replay
+
+        return replay(args.run, args.substrate, args.stages, args.small, args.protocol,
+                      args.backend)
     replay_only = [f"--{name.replace('_', '-')}" for name in REPLAY_OPTIONS
                    if getattr(args, name) not in (None, False)]
     if replay_only:
@@ -395,19 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     except KitError as exc:
         print(f"kit: error: {exc}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:  # run outside the environment that has it
+        print(f"kit: error: {missing_module(exc, f'python -m kit {args.command}')}",
+              file=sys.stderr)
+        return 2
     except OSError as exc:  # a path the user gave: too long, unwritable, a folder, ...
         print(f"kit: error: {path_problem(exc)}", file=sys.stderr)
         return 2
-
-
-def path_problem(exc: OSError) -> str:
-    """An operating-system error on a path, in words naming the path (no traceback)."""
-    names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
-    where = " -> ".join(names) if names else "a file the command reads or writes"
-    what = exc.strerror or str(exc)
-    if exc.errno in (errno.EEXIST, errno.ENOTDIR) and names and Path(names[0]).is_file():
-        what = "is a file where a folder is needed"
-    return f"{where}: {what}; check the path and its folder's permissions"
 
 
 if __name__ == "__main__":

@@ -20,10 +20,17 @@
 The worker itself (``kit/runtime/worker.py``) cannot import this package, since it runs inside
 the runtime images with numpy and onnxruntime only; it raises ``kit.runtime.worker.JobError``
 and exits 2, and the orchestrator turns that exit into ``WorkerFailed``.
-The command line prints ``kit: error: MESSAGE`` and exits 2 for any KitError.
+The command line prints ``kit: error: MESSAGE`` and exits 2 for any KitError, and maps
+the two lower-level errors a user's setting causes at the same boundary: an operating-system
+error on a path (``path_problem``) and a module missing from the Python that runs the
+command (``missing_module``).
 """
 
 from __future__ import annotations
+
+import errno
+import sys
+from pathlib import Path
 
 
 class KitError(Exception):
@@ -73,3 +80,25 @@ class InputRefused(KitError):
     """A file handed to ``kit run`` is refused at the boundary: unreadable, a model whose
     external data leaves its folder, or an output path that is a folder, lies under a
     file, or would overwrite the model or the inputs."""
+
+
+def missing_module(exc: ModuleNotFoundError, command: str) -> str:
+    """Which environment has what a command (``python -m kit verify``) needs, and how to
+    build it."""
+    if command.endswith(" verify"):
+        build, python = "python3 -m kit.runtime.venvs verify", ".venv-verify/bin/python"
+    else:
+        build, python = "python3 -m kit.runtime.venvs tools", ".venv/bin/python"
+    return (f"{command} needs the module {exc.name!r}, which this Python "
+            f"({sys.executable}) does not have; build its environment with `{build}` and "
+            f"run `{python} {command.removeprefix('python ')}`")
+
+
+def path_problem(exc: OSError) -> str:
+    """An operating-system error on a path, in words naming the path (no traceback)."""
+    names = [str(n) for n in (exc.filename, exc.filename2) if n is not None]
+    where = " -> ".join(names) if names else "a file the command reads or writes"
+    what = exc.strerror or str(exc)
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR) and names and Path(names[0]).is_file():
+        what = "is a file where a folder is needed"
+    return f"{where}: {what}; check the path and its folder's permissions"

@@ -52,3 +52,51 @@ def test_a_run_folder_or_model_name_too_long(tmp_path: Path) -> None:
     assert proc.stderr.startswith("kit: error: ")
     assert "r" * 250 in proc.stderr
     assert not (tmp_path / "out.npz").exists()
+
+
+def test_a_missing_module_names_the_environment_to_build() -> None:
+    """``python3 -m kit verify`` outside the reviewer environment: which module is missing
+    and the command that builds the environment, exit 2, no traceback."""
+    code = ("import sys; sys.modules['sklearn'] = None; from kit.__main__ import main; "
+            "sys.exit(main(['verify']))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("kit: error: python -m kit verify needs the module 'sklearn")
+    assert "`python3 -m kit.runtime.venvs verify`" in proc.stderr
+
+
+def test_the_help_has_no_markup() -> None:
+    for args in (["--help"], ["verify", "--help"], ["stage", "--help"]):
+        proc = kit(*args)
+        assert proc.returncode == 0
+        assert "``" not in proc.stdout
+    assert "verify     every ledger" in kit("--help").stdout
+
+
+def test_replay_options_without_replay_are_refused() -> None:
+    for option in (["--small"], ["--stages", "split"], ["--substrate", "digits"],
+                   ["--backend", "venv"]):
+        proc = kit("verify", *option)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == (f"kit: error: verify: {option[0]} only apply with --replay (or, "
+                               "for --run, --compare); add --replay or leave them out\n")
+
+
+def test_verify_one_claim_prints_that_claim_alone_after_the_summary(tmp_path: Path) -> None:
+    page = str(tmp_path / "index.html")
+    proc = kit("verify", "--claim", "A-052", "--page", page)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("verify: 610 claim checks, 0 failed checks")
+    assert "verify: 2 of 610 claim checks selected" in lines
+    headers = [line for line in lines if line.startswith("A-0")]
+    assert headers == ["A-052 (drift, cifar100): not run here",
+                       "A-052 (drift, digits): direction reproduced"]
+    assert "  statement:      metamorphic-minus-direct detection difference, primary split" \
+        in lines
+    assert lines[-1] == lines[0]
+    wrong = kit("verify", "--claim", "A-999", "--page", page)
+    assert wrong.returncode == 2
+    assert wrong.stderr.startswith("kit: error: verify: no claim A-999 in the ledgers")

@@ -1,24 +1,29 @@
-"""The claims page: one self-contained HTML file from verify's report.
+"""The claims page: one self-contained HTML file from verify's report, shaped like the papers.
 
-``write_page(report, path)`` renders the report dict that ``verify`` returns (and writes as
-JSON) as a static page: the root digest, ok or failed, any problems in red, a table of
-counts per study and status, a legend saying what each status means, then every claim x
-substrate as one table row, grouped by study and by the ledger's ``section`` in order of
-first appearance. Each row's element id is ``<claim>-<substrate>`` (``#A-052-digits``), so a
-reviewer can link to it; evidence files link relative to the page, by default from
-``runs/verify/index.html`` to the repository root. Inline CSS only, no script, no external
-resource; every text is escaped.
+``write_page(report, path, root)``: a header (verdict, roots, problems), a table of contents,
+the counts, a legend, filters by study and status and a search by claim id (plain
+JavaScript, no external resource: it works from ``file://``; ``?status=differs``,
+``?study=drift``, ``?claim=A-05`` preset them, and the page marks ``data-ready`` and
+``data-overflow`` on its body for the browser test); then each paper in its own order of
+sections (``SECTION_ORDER``) and the studies beyond the papers. A number printed in a paper's
+table (the ledger's ``cell``) sits in that table, in the paper's rows and columns; the rest
+are rows, ``not run here`` folded per section. Each claim x substrate has one element id
+(``#A-052-digits``); the kit's number is shown at the paper's printed precision (full value
+on hover); evidence links are relative to the page and only to files that exist.
 """
 
 from __future__ import annotations
 
 import html
+import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from kit.files import write_atomic
+from kit.paths import ROOT
 
 # Every status verify decides, in the order the counts table shows them, with its badge
 # colours (background, text) and one sentence for the legend.
@@ -39,28 +44,82 @@ STATUSES: dict[str, tuple[str, str, str]] = {
     "consistent": ("#6f8796", "#ffffff",
                    "internal consistency only, never counted as a reproduction."),
     "hypothesis holds": ("#3b6fb6", "#ffffff",
-                         "a hypothesis frozen before its study ran holds by its decision "
-                         "rule (no paper value: the real-drift sweep)."),
+                         "a hypothesis committed before its evidence holds by its decision "
+                         "rule as first committed (no paper value)."),
     "hypothesis fails": ("#7a4fa3", "#ffffff",
-                         "a hypothesis frozen before its study ran fails by its decision "
-                         "rule: a finding, not an error."),
+                         "a hypothesis committed before its evidence fails by its decision "
+                         "rule as first committed: a finding, not an error."),
     "differs": ("#c62828", "#ffffff", "a rule failed where agreement was required."),
     "not run here": ("#e4e4e4", "#333333", "the evidence is absent; the row says why."),
 }
 UNKNOWN = ("#ffffff", "#000000")
+# The papers first, then the studies beyond them.
+STUDY_ORDER = ("drift", "sciml", "realdrift", "corpus")
+STUDY_TITLES = {
+    "drift": "Drift paper: When Metamorphic Contrast Hurts",
+    "sciml": "SciML paper: Domain-Validity-Gated Metamorphic Testing of Scientific ML "
+             "Surrogates",
+    "realdrift": "Beyond the papers: real drift across onnxruntime releases",
+    "corpus": "Beyond the papers: named onnxruntime CPU defects"}
+# Each paper's sections in the paper's order, by the start of the ledger's section name;
+# a section no prefix names follows in order of first appearance.
+SECTION_ORDER = {
+    "drift": ("Methods", "Results", "Table 1", "Table 2", "Table 3", "Table 4", "Discussion",
+              "Beyond the paper"),
+    "sciml": ("Section 2", "Section 3", "Section 5.2", "Section 5.3", "Summary table",
+              "Section 5.4", "Section 5.5", "Section 5.6", "Section 5.7", "Section 5.9",
+              "Section 5.10", "Sections 6-8", "Appendix A", "Beyond the paper"),
+}
 
 CSS = """
-body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1400px;color:#222}
-h1{margin-bottom:.2em}code{font-size:12px;word-break:break-all}
-table{border-collapse:collapse;margin:.6em 0 1.4em}
-th,td{border:1px solid #ccc;padding:3px 7px;font-size:13px;vertical-align:top;text-align:left}
+body{font-family:system-ui,sans-serif;margin:1.2em auto;max-width:1400px;padding:0 1em;
+color:#222}
+h1{margin-bottom:.2em}code{font-size:12px;overflow-wrap:anywhere}
+table{border-collapse:collapse;margin:.6em 0 1.2em;width:100%;table-layout:fixed}
+table.counts{table-layout:auto}.counts th,.counts td{overflow-wrap:normal;
+word-break:normal;padding:3px 4px}.counts .badge{font-size:11px;padding:1px 4px}
+th,td{border:1px solid #ccc;padding:3px 6px;font-size:13px;vertical-align:top;
+text-align:left;overflow-wrap:anywhere;word-break:break-word}
 th{background:#f3f3f3}td.num{text-align:right}
-.badge{display:inline-block;padding:1px 7px;border-radius:9px;font-size:12px;white-space:nowrap}
+.badge{display:inline-block;padding:1px 7px;border-radius:9px;font-size:12px}
 .verdict{font-size:18px;padding:2px 12px}
 .problems{color:#b00020;border:2px solid #b00020;padding:.4em 1.6em;background:#fff3f3}
 .note{font-size:11px;color:#555;margin-top:2px}
-ul.legend{list-style:none;padding-left:0}ul.legend li{margin:.3em 0}
-td.evidence a{display:block;font-size:12px}
+ul.legend{list-style:none;padding-left:0}ul.legend li{margin:.3em 0}nav.toc li{font-size:14px}
+td.evidence a,td.evidence span{display:block;font-size:12px}
+.filters{position:sticky;top:0;background:#fafafa;border:1px solid #ddd;padding:.4em .6em;
+z-index:1;font-size:13px}.filters label{margin-right:.6em;white-space:nowrap}.hidden{display:none}
+col.id{width:6em}col.sub{width:6.5em}col.st{width:9em}col.ev{width:11em}
+"""
+
+SCRIPT = """
+(function(){
+  var boxes=document.querySelectorAll('.filters input[type=checkbox]');
+  var search=document.getElementById('claim-search');
+  function apply(){
+    var on={study:{},status:{}};
+    boxes.forEach(function(b){on[b.dataset.kind][b.value]=b.checked;});
+    var q=search.value.trim().toUpperCase();
+    var shown=0;
+    document.querySelectorAll('.claim').forEach(function(e){
+      var ok=on.study[e.dataset.study]&&on.status[e.dataset.status]&&
+        (!q||e.dataset.claim.toUpperCase().indexOf(q)===0);
+      e.classList.toggle('hidden',!ok); if(ok){shown++;}
+    });
+    if(q){document.querySelectorAll('details.folded').forEach(function(d){d.open=true;});}
+    document.getElementById('shown').textContent=shown;
+  }
+  var given=new URLSearchParams(location.search);
+  boxes.forEach(function(b){
+    var only=given.get(b.dataset.kind); if(only){b.checked=only.split(',').indexOf(b.value)>=0;}
+    b.addEventListener('change',apply);});
+  if(given.get('claim')){search.value=given.get('claim');}
+  search.addEventListener('input',apply);
+  apply();
+  var wide=document.documentElement.scrollWidth>document.documentElement.clientWidth;
+  document.body.dataset.overflow=wide?'yes':'no';
+  document.body.dataset.ready='yes';
+})();
 """
 
 
@@ -78,14 +137,40 @@ def _number(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def effect_text(effect: dict[str, Any] | None) -> str:
-    """``kit vs paper (ratio x)``, or an empty string where the claim has no effect."""
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:60]
+
+
+def effect_text(effect: dict[str, Any] | None, status: str = "") -> str:
+    """``kit vs paper (ratio x)``, or empty without an effect; no ratio on a ``described``
+    row (the numbers measure different things) or a ``by design`` one."""
     if not effect:
         return ""
     text = f"{_number(effect['kit'])} vs {_number(effect['paper'])}"
-    if effect.get("ratio") is not None:
+    if effect.get("ratio") is not None and status not in ("described", "by design"):
         text += f" (ratio {_number(effect['ratio'])}x)"
     return text
+
+
+def printed_decimals(published: str) -> int | None:
+    """How many decimals the paper printed its first number with (None: no number)."""
+    found = re.search(r"-?\d[\d,]*(?:\.(\d+))?", published)
+    if found is None:
+        return None
+    return len(found.group(1) or "")
+
+
+def kit_number(claim: dict[str, Any]) -> str:
+    """The kit's number as shown: at the paper's printed precision with the paper's unit
+    (``%``) where both are numbers, the full value on hover; else the recomputed text."""
+    effect, shown = claim.get("effect"), _e(claim.get("recomputed", ""))
+    decimals = printed_decimals(claim.get("published", ""))
+    if not effect or decimals is None or not isinstance(effect.get("kit"), (int, float)) \
+            or isinstance(effect["kit"], bool):
+        return shown
+    value = float(effect["kit"])
+    unit = "%" if "%" in claim.get("published", "") else ""
+    return f'<span title="{_e(repr(value))}">{value:,.{decimals}f}{unit}</span>'
 
 
 def _ordered(items: Iterable[str]) -> list[str]:
@@ -93,15 +178,33 @@ def _ordered(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def ordered_sections(study: str, sections: Iterable[str]) -> list[str]:
+    """A study's sections in its paper's order (``SECTION_ORDER``), then the rest."""
+    order = SECTION_ORDER.get(study, ())
+    found = _ordered(sections)
+
+    def key(section: str) -> tuple[int, int]:
+        ranks = [i for i, prefix in enumerate(order) if section.startswith(prefix)]
+        # the longest matching prefix wins: "Section 5.10" is not "Section 5.1"
+        best = max(ranks, key=lambda i: len(order[i])) if ranks else len(order)
+        return best, found.index(section)
+
+    return sorted(found, key=key)
+
+
 def _header(report: dict[str, Any]) -> list[str]:
     verdict = "ok" if report.get("ok") else "failed"
     colour = "#1e7b34" if report.get("ok") else "#c62828"
+    roots = report.get("roots") or {}
     parts = ["<h1>Claims: what the kit reproduced</h1>",
              f"<p>Verdict: <span class=\"badge verdict\" style=\"background:{colour};"
-             f"color:#fff\">{verdict}</span> &nbsp; root digest "
+             f"color:#fff\">{verdict}</span> &nbsp; root "
              f"<code>{_e(report.get('root', ''))}</code>"
              + (" &nbsp; (strict findings: a reversed direction fails)"
                 if report.get("strict_findings") else "") + "</p>"]
+    if roots:
+        parts.append(f"<p class=\"note\">evidence root <code>{_e(roots.get('evidence'))}"
+                     f"</code>; code root <code>{_e(roots.get('code'))}</code></p>")
     problems = report.get("problems") or []
     if problems:
         parts.append('<div class="problems"><h2>Problems</h2><ul>'
@@ -109,12 +212,20 @@ def _header(report: dict[str, Any]) -> list[str]:
     return parts
 
 
+def _studies_in(report: dict[str, Any]) -> list[str]:
+    present = _ordered(c["study"] for c in report.get("claims", []))
+    return [s for s in STUDY_ORDER if s in present] + [s for s in present
+                                                       if s not in STUDY_ORDER]
+
+
 def _counts(report: dict[str, Any]) -> list[str]:
     counts: dict[str, dict[str, int]] = report.get("counts", {})
     statuses = _ordered([*STATUSES, *(s for c in counts.values() for s in c)])
-    parts = ["<h2>Counts</h2><table><tr><th>study</th>"
+    parts = ['<h2 id="counts">Counts</h2><table class="counts"><tr><th>study</th>'
              + "".join(f"<th>{_badge(s)}</th>" for s in statuses) + "<th>all</th></tr>"]
-    for study, row in counts.items():
+    for study in [s for s in STUDY_ORDER if s in counts] + [s for s in counts
+                                                            if s not in STUDY_ORDER]:
+        row = counts[study]
         parts.append(f"<tr><th>{_e(study)}</th>"
                      + "".join(f'<td class="num">{_e(row.get(s, 0))}</td>' for s in statuses)
                      + f'<td class="num">{_e(sum(row.values()))}</td></tr>')
@@ -123,74 +234,167 @@ def _counts(report: dict[str, Any]) -> list[str]:
 
 
 def _legend() -> list[str]:
-    return (['<h2>What each status means</h2><ul class="legend">']
+    return (['<h2 id="legend">What each status means</h2><ul class="legend">']
             + [f"<li>{_badge(status)} {_e(sentence)}</li>"
                for status, (_, _, sentence) in STATUSES.items()]
             + ["</ul>"])
 
 
-def _evidence(claim: dict[str, Any], root_href: str) -> str:
+def _toc(report: dict[str, Any]) -> list[str]:
+    claims = report.get("claims", [])
+    parts = ['<nav class="toc"><h2>Contents</h2><ul>',
+             '<li><a href="#counts">Counts</a> · <a href="#legend">Statuses</a></li>']
+    for study in _studies_in(report):
+        mine = [c for c in claims if c["study"] == study]
+        parts.append(f'<li><a href="#study-{study}">{_e(STUDY_TITLES.get(study, study))}</a>'
+                     "<ul>")
+        for section in ordered_sections(study, (c.get("section", "") for c in mine)):
+            parts.append(f'<li><a href="#{_section_id(study, section)}">'
+                         f"{_e(section or '(no section)')}</a></li>")
+        parts.append("</ul></li>")
+    parts.append("</ul></nav>")
+    return parts
+
+
+def _section_id(study: str, section: str) -> str:
+    return f"s-{study}-{_slug(section) or 'none'}"
+
+
+def _filters(report: dict[str, Any]) -> list[str]:
+    boxes = [f'<label><input type="checkbox" data-kind="study" value="{_e(s)}" checked> '
+             f"{_e(s)}</label>" for s in _studies_in(report)]
+    boxes.append(" &nbsp; ")
+    boxes += [f'<label><input type="checkbox" data-kind="status" value="{_e(s)}" checked> '
+              f"{_badge(s)}</label>" for s in STATUSES]
+    total = len(report.get("claims", []))
+    return ['<div class="filters">', *boxes,
+            '<label> claim id <input id="claim-search" type="search" size="8" '
+            'placeholder="A-052"></label>',
+            f'<span class="note"><span id="shown">{total}</span> of {total} claim checks '
+            "shown</span></div>"]
+
+
+def _evidence(claim: dict[str, Any], page_dir: Path, root: Path) -> str:
+    """Links, relative to the page's folder, to the evidence files that exist; a file the
+    ledger names that is not shipped is named without a link."""
     folder = claim.get("evidence_folder", "")
-    links = []
+    found = []
     for name in claim.get("evidence") or []:
-        href = quote(f"{root_href}/{folder}/{name}", safe="/.-_~")
-        links.append(f'<a href="{_e(href)}">{_e(name)}</a>')
-    return "".join(links)
+        target = root / folder / name
+        if target.is_file():
+            href = quote(Path(os.path.relpath(target, page_dir)).as_posix(), safe="/.-_~")
+            found.append(f'<a href="{_e(href)}">{_e(name)}</a>')
+        else:
+            found.append(f'<span class="note">{_e(name)} (not shipped)</span>')
+    return "".join(found)
 
 
-def _sources(claim: dict[str, Any]) -> str:
-    found = claim.get("thresholds") or []
-    return "".join(f'<div class="note">threshold from {_e(t)}</div>' for t in found)
+def _attrs(claim: dict[str, Any]) -> str:
+    return (f'id="{_e(claim["claim"])}-{_e(claim["substrate"])}" class="claim" '
+            f'data-claim="{_e(claim["claim"])}" data-study="{_e(claim["study"])}" '
+            f'data-status="{_e(claim.get("status", ""))}"')
 
 
-COLUMNS = ("claim", "statement", "substrate", "published", "recomputed", "rule", "status",
-           "kit vs paper", "evidence")
-
-
-def _row(claim: dict[str, Any], root_href: str) -> str:
-    anchor = f"{claim['claim']}-{claim['substrate']}"
+def _status_cell(claim: dict[str, Any]) -> str:
     note = claim.get("note") or ""
-    cells = [f'<a href="#{_e(anchor)}">{_e(claim["claim"])}</a>', _e(claim.get("statement", "")),
+    sources = "".join(f'<div class="note">threshold from {_e(t)}</div>'
+                      for t in claim.get("thresholds") or [])
+    return (_badge(claim.get("status", "")) + sources
+            + (f'<div class="note">{_e(note)}</div>' if note else ""))
+
+
+COLUMNS = ("claim", "statement", "substrate", "paper printed", "kit", "rule", "status",
+           "evidence")
+COLGROUP = ('<colgroup><col class="id"><col><col class="sub"><col><col><col>'
+            '<col class="st"><col class="ev"></colgroup>')
+
+
+def _row(claim: dict[str, Any], page_dir: Path, root: Path) -> str:
+    effect = effect_text(claim.get("effect"), claim.get("status", ""))
+    cells = [f'<a href="#{_e(claim["claim"])}-{_e(claim["substrate"])}">'
+             f'{_e(claim["claim"])}</a>', _e(claim.get("statement", "")),
              _e(claim["substrate"]), _e(claim.get("published", "")),
-             _e(claim.get("recomputed", "")), _e(claim.get("rule", "")) + _sources(claim),
-             _badge(claim.get("status", "")) + (f'<div class="note">{_e(note)}</div>'
-                                                if note else ""),
-             _e(effect_text(claim.get("effect"))), _evidence(claim, root_href)]
+             kit_number(claim) + (f'<div class="note">{_e(effect)}</div>' if effect else ""),
+             _e(claim.get("rule", "")), _status_cell(claim),
+             _evidence(claim, page_dir, root)]
     classes = [""] * (len(cells) - 1) + [' class="evidence"']
-    return (f'<tr id="{_e(anchor)}">'
+    return (f"<tr {_attrs(claim)}>"
             + "".join(f"<td{c}>{cell}</td>" for c, cell in zip(classes, cells, strict=True))
             + "</tr>")
 
 
-def _studies(report: dict[str, Any], root_href: str) -> list[str]:
-    claims: list[dict[str, Any]] = report.get("claims", [])
-    parts = []
-    for study in _ordered(c["study"] for c in claims):
-        mine = [c for c in claims if c["study"] == study]
-        parts.append(f"<h2>Study: {_e(study)}</h2>")
-        for section in _ordered(c.get("section", "") for c in mine):
-            parts.append(f"<h3>{_e(section or '(no section)')}</h3><table><tr>"
-                         + "".join(f"<th>{_e(c)}</th>" for c in COLUMNS) + "</tr>")
-            parts += [_row(c, root_href) for c in mine if c.get("section", "") == section]
-            parts.append("</table>")
+def _rows(claims: list[dict[str, Any]], page_dir: Path, root: Path) -> str:
+    return (f"<table>{COLGROUP}<tr>" + "".join(f"<th>{_e(c)}</th>" for c in COLUMNS) + "</tr>"
+            + "".join(_row(c, page_dir, root) for c in claims) + "</table>")
+
+
+def _table(name: str, claims: list[dict[str, Any]]) -> str:
+    """One printed table in the paper's rows and columns: in each cell the paper's number
+    and, per substrate, the kit's with its status."""
+    rows = _ordered(c["cell"]["row"] for c in claims)
+    columns = _ordered(c["cell"]["column"] for c in claims)
+    parts = [f"<h4>{_e(name)}, in the paper's layout</h4><table><tr><th></th>"
+             + "".join(f"<th>{_e(col)}</th>" for col in columns) + "</tr>"]
+    for row in rows:
+        parts.append(f"<tr><th>{_e(row)}</th>")
+        for column in columns:
+            here = [c for c in claims if c["cell"]["row"] == row and c["cell"]["column"] == column]
+            entries = [f'<div class="note">{_e(here[0]["claim"])}: paper '
+                       f'{_e(here[0].get("published", ""))}</div>'] if here else []
+            entries += [f'<div {_attrs(c)}><span class="entry">{_e(c["substrate"])}: '
+                        f"{kit_number(c)} {_badge(c.get('status', ''))}</span></div>"
+                        for c in here]
+            parts.append(f'<td class="cell">{"".join(entries)}</td>')
+        parts.append("</tr>")
+    parts.append("</table>")
+    return "".join(parts)
+
+
+def _section(study: str, section: str, claims: list[dict[str, Any]], page_dir: Path,
+             root: Path) -> list[str]:
+    parts = [f'<h3 id="{_section_id(study, section)}">{_e(section or "(no section)")}</h3>']
+    in_tables = [c for c in claims if c.get("cell")]
+    for table in _ordered(c["cell"]["table"] for c in in_tables):
+        parts.append(_table(table, [c for c in in_tables if c["cell"]["table"] == table]))
+    rest = [c for c in claims if not c.get("cell")]
+    ran = [c for c in rest if c.get("status") != "not run here"]
+    folded = [c for c in rest if c.get("status") == "not run here"]
+    if ran:
+        parts.append(_rows(ran, page_dir, root))
+    if folded:
+        parts.append(f'<details class="folded"><summary>{len(folded)} not run here'
+                     f"</summary>{_rows(folded, page_dir, root)}</details>")
     return parts
 
 
-def page(report: dict[str, Any], root_href: str = "../..") -> str:
-    """The page's HTML; ``root_href`` leads from the page to the repository root."""
+def _studies(report: dict[str, Any], page_dir: Path, root: Path) -> list[str]:
+    claims: list[dict[str, Any]] = report.get("claims", [])
+    parts = []
+    for study in _studies_in(report):
+        mine = [c for c in claims if c["study"] == study]
+        parts.append(f'<h2 id="study-{study}">{_e(STUDY_TITLES.get(study, study))}</h2>')
+        for section in ordered_sections(study, (c.get("section", "") for c in mine)):
+            parts += _section(study, section, [c for c in mine
+                                               if c.get("section", "") == section],
+                              page_dir, root)
+    return parts
+
+
+def page(report: dict[str, Any], page_dir: Path, root: Path = ROOT) -> str:
+    """The page's HTML; evidence links lead from ``page_dir`` to the files under ``root``."""
     parts = ["<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
              "<title>Claims: what the kit reproduced</title>"
              f"<style>{CSS}</style></head><body>",
-             *_header(report), *_counts(report), *_legend(), *_studies(report, root_href),
-             "</body></html>"]
+             *_header(report), *_toc(report), *_counts(report), *_legend(),
+             *_filters(report), *_studies(report, page_dir, root),
+             f"<script>{SCRIPT}</script></body></html>"]
     return "\n".join(parts) + "\n"
 
 
-def write_page(report: dict[str, Any], path: Path, root_href: str = "../..") -> Path:
-    """Write the claims page for ``report`` (verify's report dict) to ``path``, atomically.
-
-    Evidence links are ``<root_href>/<evidence_folder>/<file>``; the default suits
-    ``runs/verify/index.html``. Returns ``path``.
-    """
-    write_atomic(path, page(report, root_href).encode())
+def write_page(report: dict[str, Any], path: Path, root: Path = ROOT) -> Path:
+    """Write the claims page for ``report`` (verify's report dict) to ``path``, atomically;
+    evidence links are relative to ``path``'s folder. Returns ``path``."""
+    page_dir = path.resolve().parent
+    write_atomic(path, page(report, page_dir, root.resolve()).encode())
     return path

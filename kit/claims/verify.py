@@ -334,28 +334,13 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     validate_report(report)
     verdict = (f"verify: {len(outcomes)} claim checks, {len(problems)} failed checks, "
                f"{time.monotonic() - start:.1f} s; root {digest}; {'OK' if ok else 'FAILED'}")
-    print(verdict)
-    for study, found in counts.items():
-        print(f"verify: {study}: " + ", ".join(f"{n} {s}" for s, n in found.items() if n))
-    print(f"verify: evidence root {found_roots['evidence']} (ledgers, evidence, manifests, "
-          "schemas, MR cards, protocols, locks)")
-    print(f"verify: code root {found_roots['code']} (the kit modules verify imports, "
-          "pyproject.toml)")
-    for problem in problems:
-        print(f"verify: FAIL {problem}", file=sys.stderr)
-    if reversed_:
-        print(f"verify: the paper's direction is reversed on the stand-in substrate for "
-              f"{len(reversed_)} claims"
-              f"{' (failures under --strict-findings)' if strict_findings else ''}: "
-              + ", ".join(reversed_))
-    if differing:
-        print(f"verify: {len(differing)} claims differ: " + ", ".join(differing))
+    print_summary(verdict, report, reversed_, differing)
     if json_out is not None:
         write_atomic(json_out, canonical_json(report))
     if page is not None:
         from kit.claims.page import write_page
 
-        print(f"verify: claims page {write_page(report, page)}")
+        print(f"verify: claims page {write_page(report, page, root)}")
     if select:
         print(f"verify: {len(shown)} of {len(outcomes)} claim checks selected")
     print()
@@ -366,6 +351,28 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     print()
     print(verdict)
     return 0 if ok else 1
+
+
+def print_summary(verdict: str, report: dict[str, Any], reversed_: list[str],
+                  differing: list[str]) -> None:
+    """The verdict, the counts per study, the roots, every failed check, the reversed
+    findings and the differing claims: what verify prints before the rows."""
+    print(verdict)
+    for study, found in report["counts"].items():
+        print(f"verify: {study}: " + ", ".join(f"{n} {s}" for s, n in found.items() if n))
+    print(f"verify: evidence root {report['roots']['evidence']} (ledgers, evidence, "
+          "manifests, schemas, MR cards, protocols, locks)")
+    print(f"verify: code root {report['roots']['code']} (the kit modules verify imports, "
+          "pyproject.toml)")
+    for problem in report["problems"]:
+        print(f"verify: FAIL {problem}", file=sys.stderr)
+    if reversed_:
+        print(f"verify: the paper's direction is reversed on the stand-in substrate for "
+              f"{len(reversed_)} claims"
+              f"{' (failures under --strict-findings)' if report['strict_findings'] else ''}"
+              ": " + ", ".join(reversed_))
+    if differing:
+        print(f"verify: {len(differing)} claims differ: " + ", ".join(differing))
 
 
 def validate_report(report: dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ made or removed (``check_target``).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -172,3 +173,56 @@ def write_report(first: Path, report: dict[str, Any]) -> Path:
     path = first / REPLAY
     write_atomic(path, canonical_json(report))
     return path
+
+
+def replay(run: Path | None, substrate: str | None, stages_asked: list[str] | None,
+           small: bool, protocol_file: Path | None, backend: str | None) -> int:
+    """``verify --replay``: rerun the drift stages (or ``stages_asked``) of the first run
+    ``run`` into ``<run>-replay`` and compare every hashed file; with ``small``, the small
+    configuration in ``runs/<substrate>-small`` (run first when absent). The exit code."""
+    from kit.drift.protocol import PROTOCOL, load_protocol, write_small_protocol
+    from kit.drift.stages.pipeline import STAGES, finished, reproduce
+    from kit.runfolder import Run, default_run
+    from kit.runlock import hold
+
+    protocol = protocol_file or PROTOCOL
+    substrate = substrate or load_protocol(protocol)["substrate_default"]
+    first = run or default_run(substrate).root
+    if small:
+        first = run or first.with_name(first.name + "-small")
+    stages = tuple(stages_asked or STAGES)
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        raise KitError(f"unknown stages {unknown}; stages: {STAGES}")
+    target = first.with_name(first.name + "-replay")
+    check_target(target)  # before anything is made: a folder the kit did not make is refused
+    with hold(first, create=small):
+        if small:
+            protocol = write_small_protocol(first.with_name(first.name + "-protocol.yaml"))
+        options: dict[str, Any] = {"substrate": substrate, "backend": backend,
+                                   "protocol_file": protocol}
+        if small and not finished(Run(first)):
+            print(f"replay: no finished first run in {first}; running the small "
+                  "configuration there first (resuming what it holds)")
+            reproduce(run_dir=first, **options)
+        prepare(first, target, stages, STAGES)  # refused while a command holds the target
+        ordered = tuple(s for s in STAGES if s in stages)
+        reproduce(ordered, run_dir=target, **options)
+        return report_replay(first, target)
+
+
+def report_replay(first: Path, target: Path) -> int:
+    """``verify --compare``: compare two finished run folders, write FIRST/replay.json and
+    print the verdict. The exit code (0 when every hashed file is identical)."""
+    from kit.runlock import hold
+
+    with hold(first, create=False), hold(target, create=False):
+        report = compare_runs(first, target)
+        path = write_report(first, report)
+    print(json.dumps({k: v for k, v in report.items() if k != "differing"}, indent=1))
+    same = report["machines"]["same"]
+    machine = {True: "same machine", False: "another machine (" + ", ".join(
+        report["machines"]["differing"]) + " differ)", None: "machine unknown"}[same]
+    print(f"replay: {report['compared']} hashed files compared, results "
+          f"{'identical' if report['identical'] else 'DIFFERENT'}; {machine}; report {path}")
+    return 0 if report["identical"] else 1

@@ -17,7 +17,7 @@ import numpy as np
 from kit.claims.values import constant, recorded
 from kit.errors import KitError
 from kit.files import read_json
-from kit.sciml import recompute_catalogue, recompute_mgn
+from kit.sciml import recompute_catalogue, recompute_faults, recompute_mgn
 from kit.sciml.operator_floor import loglog_fit
 from kit.sciml.pinn import PDES as PINN_PDES
 from kit.sciml.stats import bootstrap_mean_ci, cliffs_delta, wilcoxon, wilson
@@ -206,4 +206,5 @@ RECOMPUTE_SCIML: dict[str, Callable[..., Value]] = {
         pinn_wilson, pinn_mean, pinn_mean_ci, pinn_compare, pinn_mr_a_vacuous, domain_max,
         ledger_verdicts)},
     **{f"sciml.{fn.__name__}": fn
-       for fn in (*recompute_mgn.FUNCTIONS, *recompute_catalogue.FUNCTIONS)}}
+       for fn in (*recompute_mgn.FUNCTIONS, *recompute_faults.FUNCTIONS,
+                  *recompute_catalogue.FUNCTIONS)}}

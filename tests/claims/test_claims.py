@@ -2,7 +2,7 @@
 statuses; every agreement the shipped ledgers claim can fail; ledger args bound at load;
 every registered recompute function named by a ledger.
 
-Also covers ``kit.claims.ledger`` (no test file of its own)."""
+Also covers ``kit.claims.ledger`` and ``kit.claims.rules`` (no test file of their own)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kit.claims.page import STATUSES, effect_text, write_page
+from kit.claims.page import STATUSES, effect_text, kit_number, write_page
 
 ROOT_DIGEST = "ab" * 32
 
@@ -64,9 +64,20 @@ def anchors(report: dict[str, Any]) -> list[str]:
     return [f"{c['claim']}-{c['substrate']}" for c in report["claims"]]
 
 
+def evidence_root(root: Path) -> Path:
+    """A repository holding the evidence files the small report names, but for one."""
+    for folder, name in (("claims/drift/evidence/digits", "score/score.json"),
+                         ("claims/drift/evidence/digits", "score/cases/cand-rot10-bilinear.npz"),
+                         ("claims/sciml/evidence/kit", "score/score.json")):
+        (root / folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / folder / name).write_text("{}\n")
+    return root
+
+
 @pytest.fixture
 def page(tmp_path: Path) -> Path:
-    return write_page(small_report(), tmp_path / "runs" / "verify" / "index.html")
+    return write_page(small_report(), tmp_path / "runs" / "verify" / "index.html",
+                      evidence_root(tmp_path))
 
 
 def test_page_has_every_claim_status_and_escapes(page: Path) -> None:
@@ -76,33 +87,84 @@ def test_page_has_every_claim_status_and_escapes(page: Path) -> None:
         assert text.count(f'id="{anchor}"') == 1
     for status in STATUSES:
         assert f">{status}</span>" in text
-    assert "<script" not in text
+    assert text.count("<script") == 1  # the page's own filter script, nothing injected
     assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in text
     assert "&lt;0.7 vs 0.5&gt;" in text  # the problem, escaped
     assert ROOT_DIGEST in text
     assert ">failed</span>" in text
     assert "-52.25 vs -7.27 (ratio 7.19x)" in text
-    assert 'href="../../claims/drift/evidence/digits/score/cases/cand-rot10-bilinear.npz"' in text
     assert "the CIFAR-100 evidence is not shipped" in text
-    # sections in order of first appearance within each study, studies in order
-    headings = re.findall(r"<h[23]>([^<]+)</h[23]>", text)
-    assert headings[headings.index("Study: drift"):] == [
-        "Study: drift", "Table 1", "Results (prose)", "Study: sciml", "Gate", "Verdicts"]
-    # no external resource and no script: one self-contained file
+    # the papers' sections in the papers' order, each study headed by its paper
+    headings = re.findall(r'<h[23] id="[^"]+">([^<]+)</h[23]>', text)
+    assert headings == [
+        "Counts", "What each status means", "Drift paper: When Metamorphic Contrast Hurts", "Results (prose)", "Table 1",
+        "SciML paper: Domain-Validity-Gated Metamorphic Testing of Scientific ML Surrogates",
+        "Gate", "Verdicts"]
+    assert '<a href="#s-drift-table-1">Table 1</a>' in text  # one click from the top
+    # no external resource: one self-contained file
     assert not re.search(r"(src|href)=\"https?:", text)
     assert not list(page.parent.glob(".*.tmp"))
 
 
+def test_evidence_links_lead_from_the_page_to_files_that_exist(tmp_path: Path) -> None:
+    root = evidence_root(tmp_path / "repo")
+    for where in (tmp_path / "runs/verify/index.html", tmp_path / "elsewhere/x.html"):
+        text = write_page(small_report(), where, root).read_text()
+        hrefs = re.findall(r'<a href="([^"#]+)"', text)
+        assert hrefs
+        assert all((where.parent / h).resolve().is_file() for h in hrefs)
+    assert 'href="../repo/claims/drift/evidence/digits/score/score.json"' in text
+    # the ledger names a file the evidence does not ship: named, not linked
+    (root / "claims/drift/evidence/digits/score/score.json").unlink()
+    text = write_page(small_report(), tmp_path / "x.html", root).read_text()
+    assert "score/score.json (not shipped)" in text
+    assert 'href="repo/claims/drift/evidence/digits/score/score.json"' not in text
+
+
+def test_a_table_cell_holds_paper_kit_and_status_and_not_run_here_is_folded(
+        tmp_path: Path) -> None:
+    report = small_report()
+    cell = {"table": "Table 1", "row": "Metamorphic contrast", "column": "TPR"}
+    for claim in report["claims"]:
+        if claim["claim"] == "A-114":
+            claim["cell"] = cell
+            claim["published"] = "75.48%"
+            claim["effect"] = {"paper": 75.48, "kit": 36.395061, "ratio": 0.48}
+    text = write_page(report, tmp_path / "index.html", tmp_path).read_text()
+    table = text[text.index("<h4>Table 1, in the paper's layout</h4>"):]
+    table = table[:table.index("</table>")]
+    assert "<th>Metamorphic contrast</th>" in table
+    assert "<th>TPR</th>" in table
+    assert "A-114: paper 75.48%" in table
+    assert 'id="A-114-digits"' in table
+    assert 'id="A-114-cifar100"' in table
+    assert '<span title="36.395061">36.40%</span>' in table  # the paper's precision
+    folded = re.search(r'<details class="folded"><summary>1 not run here</summary>(.*?)'
+                       r"</details>", text, re.S)
+    assert folded is not None
+    assert 'id="A-052-cifar100"' in folded.group(1)
+
+
 def test_counts_table_and_ok_page(tmp_path: Path) -> None:
     report = small_report() | {"ok": True, "problems": []}
-    text = write_page(report, tmp_path / "index.html", root_href="..").read_text()
+    text = write_page(report, tmp_path / "index.html", evidence_root(tmp_path)).read_text()
     assert ">ok</span>" in text
     assert "Problems" not in text
-    assert 'href="../claims/drift/evidence/digits/score/score.json"' in text
     drift_row = re.search(r"<tr><th>drift</th>(.*?)</tr>", text)
     assert drift_row is not None
     cells = re.findall(r'<td class="num">(\d+)</td>', drift_row.group(1))
     assert cells == ["1", "0", "1", "1", "1", "0", "0", "0", "0", "1", "5"]
+
+
+def test_the_kits_number_at_the_papers_precision_and_no_ratio_on_a_described_row() -> None:
+    claim = {"published": "82.75%", "recomputed": "88.6481",
+             "effect": {"paper": 82.75, "kit": 88.648148, "ratio": 1.07}}
+    assert kit_number(claim) == '<span title="88.648148">88.65%</span>'
+    assert kit_number({**claim, "published": "0.954"}) == '<span title="88.648148">88.648</span>'
+    assert kit_number({**claim, "effect": None}) == "88.6481"
+    assert effect_text(claim["effect"], "described") == "88.65 vs 82.75"
+    assert effect_text(claim["effect"], "direction reproduced") == \
+        "88.65 vs 82.75 (ratio 1.07x)"
 
 
 def test_effect_text() -> None:
@@ -128,6 +190,35 @@ def _headless(chromium: str, home: Path, *args: str) -> subprocess.CompletedProc
                "--no-first-run", f"--user-data-dir={home / 'profile'}", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=60, check=True,
                           env={**os.environ, "HOME": str(home)})
+
+
+def test_chromium_loads_the_shipped_claims_page_at_two_widths(tmp_path: Path) -> None:
+    """The page verify writes from the shipped evidence, in headless Chromium at 1,024 and
+    1,400 px: its script runs to the end (no error), nothing overflows horizontally, the
+    status and claim filters change what is shown, and every link leads to a file."""
+    from kit.claims.verify import verify
+
+    chromium = _chromium()
+    page = tmp_path / "runs" / "verify" / "index.html"
+    assert verify(page=page) == 0
+    text = page.read_text()
+    hrefs = re.findall(r'<a href="([^"#]+)"', text)
+    assert len(hrefs) > 400
+    assert all((page.parent / h).resolve().is_file() for h in hrefs)
+    checks = text.count(' class="claim" ')
+    assert checks == 610
+    for width in (1024, 1400):
+        dom = _headless(chromium, tmp_path / f"home-{width}", f"--window-size={width},900",
+                        "--dump-dom", page.as_uri()).stdout
+        assert '<body data-overflow="no" data-ready="yes">' in dom
+        assert f'id="shown">{checks}<' in dom
+    reversed_ = _headless(chromium, tmp_path / "home-filter", "--window-size=1024,900",
+                          "--dump-dom", page.as_uri() + "?status=direction%20reversed").stdout
+    assert 'id="shown">28<' in reversed_
+    one = _headless(chromium, tmp_path / "home-claim", "--window-size=1024,900",
+                    "--dump-dom", page.as_uri() + "?claim=A-052").stdout
+    assert 'id="shown">2<' in one
+    assert 'class="claim hidden" data-claim="A-114"' in one
 
 
 def test_chromium_renders_the_page(page: Path, tmp_path: Path) -> None:

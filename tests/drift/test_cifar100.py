@@ -111,10 +111,11 @@ def misses(rule: dict[str, Any], value: Any, published: Any) -> bool:
 
 
 def agreeing(rule: dict[str, Any]) -> str:
-    """The status of a value rule whose every half agrees: ``by design`` where any half is
-    graded design (the weakest half decides), else ``reproduced``."""
+    """The status of a value rule whose every half agrees: ``reproduced`` where any half is
+    a measured value (a design half beside it neither lends nor takes that status), else
+    ``by design``."""
     halves = [rule, *rule.get("parts", ())]
-    return "by design" if any(h.get("grade") == "design" for h in halves) else "reproduced"
+    return "reproduced" if any(h.get("grade") != "design" for h in halves) else "by design"
 
 
 def as_published(rule: dict[str, Any], value: Any) -> Any:

@@ -12,14 +12,13 @@ import pytest
 
 from kit.errors import KitError
 from kit.sciml.recompute import RECOMPUTE_SCIML
-from kit.sciml.recompute_mgn import (
-    cfd_tasks,
+from kit.sciml.recompute_faults import (
     fault_cell_caught,
     fault_cell_metric,
     fault_mode_count,
     fault_sweep_count,
-    mgn_architectures,
 )
+from kit.sciml.recompute_mgn import cfd_tasks, mgn_architectures
 
 
 class Records:

@@ -1,0 +1,251 @@
+"""The ``sciml.`` recompute functions of the MeshGraphNet seeded-fault catalogue: each
+reads the raw per-mutant, per-trial records of ``mgn_faults.json`` in a SciML evidence
+folder and recomputes one number (detections, metrics, the severity sweeps, precision and
+recall)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kit.claims.values import Value
+from kit.errors import KitError
+from kit.sciml.recompute_mgn import _stat
+from kit.sciml.stats import wilson
+
+
+def _faults(ev: Any) -> dict[str, Any]:
+    return ev.json("mgn_faults.json")  # type: ignore[no-any-return]
+
+
+def _canonical(ev: Any) -> dict[str, Any]:
+    return {k: m for k, m in _faults(ev)["mutants"].items() if m["fault_class"] != "adversarial"}
+
+
+def _trials(mutant: dict[str, Any], subjects: list[int] | None, seeds: list[int] | None
+            ) -> list[dict[str, Any]]:
+    return [t for t in mutant["trials"] if (subjects is None or t["subject"] in subjects)
+            and (seeds is None or t["seed"] in seeds)]
+
+
+def _hit(trial: dict[str, Any], detector: str) -> bool:
+    return any(trial["detected"].values()) if detector == "any" else trial["detected"][detector]
+
+
+def fault_catalogue(ev: Any, kind: str) -> Value:
+    """Counts of the executed catalogue: ``canonical``, ``adversarial``, ``classes``
+    (of the canonical mutants), ``trials`` (per mutant, all equal), ``seeds``."""
+    faults, canonical = _faults(ev), _canonical(ev)
+    if kind == "canonical":
+        return len(canonical)
+    if kind == "adversarial":
+        return len(faults["mutants"]) - len(canonical)
+    if kind == "classes":
+        return len({m["fault_class"] for m in canonical.values()})
+    if kind == "trials":
+        counts = {len(m["trials"]) for m in faults["mutants"].values()}
+        if len(counts) != 1:
+            raise KitError(f"{ev.root}/mgn_faults.json: unequal trials per mutant {counts}")
+        return counts.pop()
+    if kind == "seeds":
+        return int(faults["permutation_seeds"])
+    raise KitError(f"unknown catalogue count {kind!r}")
+
+
+def fault_detected(ev: Any, mutant: str, detector: str = "any",
+                   subjects: list[int] | None = None, seeds: list[int] | None = None) -> Value:
+    """Trials of one mutant on which a detector fired."""
+    return sum(_hit(t, detector) for t in _trials(_faults(ev)["mutants"][mutant], subjects,
+                                                  seeds))
+
+
+def fault_metric(ev: Any, mutant: str, metric: str, stat: str = "max",
+                 subjects: list[int] | None = None, seeds: list[int] | None = None) -> Value:
+    """A trial metric (``conservation``, ``mirror_change``, ``permutation``) of a mutant."""
+    values = np.array([t[metric] for t in _trials(_faults(ev)["mutants"][mutant], subjects,
+                                                  seeds)])
+    return _stat(values, stat)
+
+
+def fault_mutants(ev: Any, mode: str, detector: str = "any",
+                  subjects: list[int] | None = None, seeds: list[int] | None = None,
+                  adversarial: bool = False) -> Value:
+    """How many mutants a detector catches on ``every`` trial, on ``none``, on ``some``
+    (but not all), or on ``any`` trial, over the chosen subjects and seeds."""
+    pool = _faults(ev)["mutants"] if adversarial else _canonical(ev)
+    count = 0
+    for m in pool.values():
+        hits = [_hit(t, detector) for t in _trials(m, subjects, seeds)]
+        count += {"every": all(hits), "none": not any(hits), "any": any(hits),
+                  "some": any(hits) and not all(hits)}[mode]
+    return count
+
+
+def fault_mode_wilson(ev: Any, mode: str, detector: str = "any") -> Value:
+    """The Wilson 95% interval of a mutant caught on every (or no) trial: the detection
+    rate of the first such mutant over its trials; NaNs when no mutant is caught that way
+    (the claim then differs)."""
+    for m in _canonical(ev).values():
+        hits = [_hit(t, detector) for t in m["trials"]]
+        if (mode == "every" and all(hits)) or (mode == "none" and not any(hits)):
+            return list(wilson(sum(hits), len(hits)))
+    return [float("nan"), float("nan")]
+
+
+def fault_classes_caught(ev: Any, detector: str, allowed: list[str], subject: int = 0,
+                         seed: int = 0) -> Value:
+    """Every mutant the detector catches on one (subject, seed) cell is of an allowed
+    class, and it catches at least one (the by-class localisation)."""
+    caught = [m["fault_class"] for m in _canonical(ev).values()
+              if any(_hit(t, detector) for t in _trials(m, [subject], [seed]))]
+    return bool(caught) and all(c in allowed for c in caught)
+
+
+def _selected(ev: Any, mutants: list[str] | None, classes: list[str] | None
+              ) -> dict[str, Any]:
+    """Canonical mutants named in ``mutants`` or of a class in ``classes`` (all if neither);
+    a named mutant the catalogue lacks is an error."""
+    canonical = _canonical(ev)
+    missing = sorted(set(mutants or ()) - set(canonical))
+    if missing:
+        raise KitError(f"{ev.root}/mgn_faults.json: no canonical mutants {missing}")
+    found = {k: m for k, m in canonical.items()
+             if (mutants is None or k in mutants)
+             and (classes is None or m["fault_class"] in classes)}
+    if not found:
+        raise KitError(f"{ev.root}/mgn_faults.json: no canonical mutants {mutants} {classes}")
+    return found
+
+
+def fault_cell_caught(ev: Any, detector: str, mutants: list[str] | None = None,
+                      classes: list[str] | None = None, subject: int = 0, seed: int = 0
+                      ) -> Value:
+    """How many of the chosen canonical mutants (by name or class, whether or not they are
+    detected) the detector catches on one (subject, seed) cell."""
+    return int(sum(any(_hit(t, detector) for t in _trials(m, [subject], [seed]))
+                   for m in _selected(ev, mutants, classes).values()))
+
+
+def fault_cell_metric(ev: Any, mutants: list[str], metric: str, stat: str = "min",
+                      subject: int = 0, seed: int = 0) -> Value:
+    """A trial metric over the named canonical mutants on one cell, detected or not, so the
+    value can fall below the detector's threshold (a minimum over the mutants a detector
+    caught would lie above its threshold by selection)."""
+    values = [t[metric] for m in _selected(ev, mutants, None).values()
+              for t in _trials(m, [subject], [seed])]
+    if not values:
+        raise KitError(f"{ev.root}/mgn_faults.json: no trials of {mutants} on "
+                       f"subject {subject}, seed {seed}")
+    return _stat(np.array(values), stat)
+
+
+def fault_mode_count(ev: Any, mode: str, field: str, detector: str = "any") -> Value:
+    """k (trials that caught it) or n (its trials) of the first canonical mutant caught on
+    every (or no) trial, the mutant ``fault_mode_wilson`` takes; -1 when there is none."""
+    for m in _canonical(ev).values():
+        hits = [_hit(t, detector) for t in m["trials"]]
+        if (mode == "every" and all(hits)) or (mode == "none" and not any(hits)):
+            return sum(hits) if field == "k" else len(hits)
+    return -1
+
+
+def fault_union_by_subject(ev: Any, subjects: list[int], stat: str) -> Value:
+    """Per subject, the canonical mutants caught by any detector on any of its trials;
+    ``same`` (true when equal across the subjects), ``min`` or ``max``."""
+    counts = [fault_mutants(ev, "any", "any", [s]) for s in subjects]
+    if stat == "same":
+        return len(set(counts)) == 1
+    return min(counts) if stat == "min" else max(counts)
+
+
+def _levels(ev: Any, sweep: str, levels: str) -> dict[str, Any]:
+    """A sweep's levels: "all", "below1" (fractions under 1) or one level."""
+    table = _faults(ev)[sweep]
+    chosen = {k: v for k, v in table.items() if levels == "all" or k == levels
+              or (levels == "below1" and float(k) < 1)}
+    if not chosen:
+        raise KitError(f"{ev.root}/mgn_faults.json: no levels {levels!r} in {sweep}")
+    return chosen
+
+
+def _level_rows(ev: Any, sweep: str, level: str, row: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = row.get("trials")
+    if not rows:
+        raise KitError(f"{ev.root}/mgn_faults.json: {sweep} level {level} has no trial rows")
+    return rows  # type: ignore[no-any-return]
+
+
+def fault_sweep(ev: Any, sweep: str, levels: str, detector: str = "any",
+                stat: str = "max") -> Value:
+    """Detection share over the roster at the sweep's levels, as the run recorded it;
+    ``stat`` min or max over the levels."""
+    shares = [row[detector]["detected"] / row[detector]["n"]
+              for row in _levels(ev, sweep, levels).values()]
+    return float(min(shares) if stat == "min" else max(shares))
+
+
+def fault_sweep_trials(ev: Any, sweep: str, levels: str, detector: str = "any",
+                       stat: str = "max") -> Value:
+    """``fault_sweep`` recomputed from the levels' per-trial rows."""
+    shares = []
+    for k, row in _levels(ev, sweep, levels).items():
+        rows = _level_rows(ev, sweep, k, row)
+        shares.append(sum(_hit(t, detector) for t in rows) / len(rows))
+    return float(min(shares) if stat == "min" else max(shares))
+
+
+def fault_sweep_count(ev: Any, sweep: str, levels: str, field: str, detector: str = "any",
+                      stat: str = "max") -> Value:
+    """Per-trial rows of a sweep's levels: the min or max over the levels of the trials
+    that caught the fault (``field`` k), or the trials per level (``n``, equal at every
+    level)."""
+    counts = []
+    for k, row in _levels(ev, sweep, levels).items():
+        rows = _level_rows(ev, sweep, k, row)
+        counts.append(sum(_hit(t, detector) for t in rows) if field == "k" else len(rows))
+    if field == "n":
+        if len(set(counts)) != 1:
+            raise KitError(f"{ev.root}/mgn_faults.json: {sweep} levels have unequal trials")
+        return counts[0]
+    return min(counts) if stat == "min" else max(counts)
+
+
+def fault_sweep_trials_wilson(ev: Any, sweep: str, level: str, detector: str = "any"
+                              ) -> Value:
+    rows = _level_rows(ev, sweep, level, _levels(ev, sweep, level)[level])
+    return list(wilson(sum(_hit(t, detector) for t in rows), len(rows)))
+
+
+def fault_sweep_wilson(ev: Any, sweep: str, level: str, detector: str = "any") -> Value:
+    return list(_faults(ev)[sweep][level][detector]["wilson95"])
+
+
+def fault_sweep_levels(ev: Any, sweep: str) -> Value:
+    return [float(k) for k in _faults(ev)[sweep]]
+
+
+def fault_eval_frames(ev: Any) -> Value:
+    return len(_faults(ev)["eval_frames"])
+
+
+def fault_some_recorded(ev: Any) -> Value:
+    """``fault_mutants(mode="some")`` read from the per-mutant summaries the run recorded."""
+    return int(sum(0 < m["summary"]["any"]["detected"] < m["summary"]["any"]["n"]
+               for m in _canonical(ev).values()))
+
+
+def fault_pr(ev: Any, detector: str, field: str) -> Value:
+    value = _faults(ev)["precision_recall"][detector][field]
+    if value is None:
+        raise KitError(f"{ev.root}/mgn_faults.json: {detector} {field} undefined (no detection)")
+    return float(value) if isinstance(value, float) else int(value)
+
+
+FUNCTIONS: tuple[Callable[..., Value], ...] = (
+    fault_catalogue, fault_detected, fault_metric, fault_mutants, fault_mode_wilson,
+    fault_classes_caught, fault_union_by_subject, fault_sweep, fault_sweep_wilson,
+    fault_sweep_levels, fault_eval_frames, fault_some_recorded, fault_sweep_trials,
+    fault_sweep_trials_wilson, fault_pr, fault_cell_caught, fault_cell_metric,
+    fault_mode_count, fault_sweep_count)
