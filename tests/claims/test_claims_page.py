@@ -97,7 +97,8 @@ def test_page_has_every_claim_status_and_escapes(page: Path) -> None:
     # the papers' sections in the papers' order, each study headed by its paper
     headings = re.findall(r'<h[23] id="[^"]+">([^<]+)</h[23]>', text)
     assert headings == [
-        "Counts", "What each status means", "Drift paper: When Metamorphic Contrast Hurts", "Results (prose)", "Table 1",
+        "Counts", "What each status means", "Drift paper: When Metamorphic Contrast Hurts",
+        "Results (prose)", "Table 1",
         "SciML paper: Domain-Validity-Gated Metamorphic Testing of Scientific ML Surrogates",
         "Gate", "Verdicts"]
     assert '<a href="#s-drift-table-1">Table 1</a>' in text  # one click from the top
