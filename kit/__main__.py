@@ -6,6 +6,7 @@
     reproduce  the drift stages in order, then the run manifest check
     verify     every ledger, schema, manifest and claim, offline (--replay: rerun and compare)
     ship       copy a finished run's evidence into claims/ and rewrite the manifests
+    reports    every study's report from the shipped evidence (tables, figures, pages)
     sciml      the SciML study (operator floor, FNO, PINN, MeshGraphNet, catalogue)
     sciml-report  the SciML report of a finished run (tables, figures, one HTML page)
     bench      infer's wall time against its floor and the nested bootstrap's engine
@@ -116,6 +117,12 @@ def _add_claims_commands(add: Add) -> None:
     verify.add_argument("--status", nargs="+", default=[], metavar="STATUS",
                         help="print only claims with these statuses (quote two words: "
                              "'by design')")
+    verify.add_argument("--evidence", type=Path, metavar="DIR",
+                        help="recompute every claim from a fresh run shipped into DIR (ship "
+                             "--into DIR): file verdicts and the status diff")
+    verify.add_argument("--status-only", action="store_true",
+                        help="with --evidence: files may differ (a retrain on another CPU); "
+                             "the verdict is the status diff alone")
     verify.add_argument("--stages", nargs="+", help="stages to replay (default: all)")
     verify.add_argument("--compare", nargs=2, type=Path, metavar=("FIRST", "REPLAY"),
                         help="only compare two finished run folders (writes FIRST/replay.json)")
@@ -130,6 +137,12 @@ def _add_claims_commands(add: Add) -> None:
                              "in runs/digits-small, running it first if it is not there")
     ship = add("ship", help="copy a finished run's evidence into claims/")
     ship.add_argument("--run", type=Path, help="run folder (default runs/digits)")
+    ship.add_argument("--into", type=Path, metavar="DIR",
+                      help="ship into DIR/claims/... instead of the checkout (for verify "
+                           "--evidence DIR)")
+    reports = add("reports", help="render every study's report from the shipped evidence "
+                                  "under claims/")
+    reports.add_argument("--out", type=Path, help="report folder (default runs/reports)")
 
 
 def _add_sciml_commands(add: Add) -> None:
@@ -231,6 +244,10 @@ def _verify(args: argparse.Namespace) -> int:
         from kit.drift.replay import report_replay
 
         return report_replay(*args.compare)
+    if args.evidence:
+        from kit.claims.fresh import verify_fresh
+
+        return verify_fresh(args.evidence, args.status_only)
     if args.replay:
         from kit.drift.replay import replay
 
@@ -240,7 +257,8 @@ def _verify(args: argparse.Namespace) -> int:
                    if getattr(args, name) not in (None, False)]
     if replay_only:
         raise KitError(f"verify: {', '.join(replay_only)} only apply with --replay (or, for "
-                       "--run, --compare); add --replay or leave them out")
+                       "--run, --compare; for --status-only, --evidence); add it or leave "
+                       "them out")
     from kit.claims.verify import Selection, verify
     from kit.paths import ROOT
 
@@ -251,7 +269,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 # The verify options that only a replay reads: refused without --replay.
-REPLAY_OPTIONS = ("stages", "run", "substrate", "backend", "protocol", "small")
+REPLAY_OPTIONS = ("stages", "run", "substrate", "backend", "protocol", "small",
+                  "status_only")
 
 
 def _sciml(args: argparse.Namespace) -> int:
@@ -266,6 +285,14 @@ def _sciml_report(args: argparse.Namespace) -> int:
     from kit.sciml.report import write_report
 
     print(write_report(args.evidence or ROOT / "runs" / "sciml", args.out))
+    return 0
+
+
+def _reports(args: argparse.Namespace) -> int:
+    from kit.claims.reports import write_reports
+    from kit.paths import ROOT
+
+    print(write_reports(args.out or ROOT / "runs" / "reports"))
     return 0
 
 
@@ -334,7 +361,7 @@ def _ship(args: argparse.Namespace) -> int:
 
     folder = args.run or default_run("digits").root
     with hold(folder, create=False):
-        print(ship(folder))
+        print(ship(folder, root=args.into))
     return 0
 
 
@@ -342,7 +369,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run, "images": _images, "stage": _stage, "reproduce": _stage, "verify": _verify,
     "sciml": _sciml, "sciml-report": _sciml_report, "sweep": _sweep,
     "polygraphy": _polygraphy, "bench": _bench, "ship": _ship, "corpus": _corpus,
-    "corpus-detectors": _corpus_detectors}
+    "corpus-detectors": _corpus_detectors, "reports": _reports}
 
 
 def main(argv: list[str] | None = None) -> int:

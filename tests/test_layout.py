@@ -7,7 +7,7 @@ local imports included):
     kit.corpus    imports kit.runtime and kit.drift (Polygraphy's wrapper), never kit.sciml
     kit.claims    imports the studies' recompute registries, never kit.runtime
     shared        kit.errors, kit.files, kit.paths, kit.schema, kit.runfolder, kit.runlock,
-                  kit.reporting, kit.stats:
+                  kit.reporting, kit.stats, kit.tolerance:
                   nothing of the studies or the claims, and of kit.runtime only the
                   edges named in SHARED_RUNTIME
 
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 KIT = ROOT / "kit"
 PARTS = ("runtime", "drift", "sciml", "corpus", "claims")
 SHARED = ("kit.errors", "kit.files", "kit.paths", "kit.schema", "kit.runfolder", "kit.runlock",
-          "kit.reporting", "kit.stats")
+          "kit.reporting", "kit.stats", "kit.tolerance")
 # What each part must never import.
 FORBIDDEN = {"runtime": ("drift", "sciml", "corpus", "claims"), "drift": ("sciml", "corpus"),
              "sciml": ("drift", "corpus"), "corpus": ("sciml",), "claims": ("runtime",)}

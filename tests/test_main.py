@@ -81,7 +81,8 @@ def test_replay_options_without_replay_are_refused() -> None:
         proc = kit("verify", *option)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr == (f"kit: error: verify: {option[0]} only apply with --replay (or, "
-                               "for --run, --compare); add --replay or leave them out\n")
+                               "for --run, --compare; for --status-only, --evidence); add it "
+                               "or leave them out\n")
 
 
 def test_verify_one_claim_prints_that_claim_alone_after_the_summary(tmp_path: Path) -> None:

@@ -1,0 +1,196 @@
+"""A replay verdict per file: a fresh evidence file against the shipped one.
+
+    identical         the same bytes
+    within tolerance  tensor-aware: the same arrays (names, shapes, dtypes, NaN positions)
+                      whose largest absolute and relative differences stay under the bound
+                      declared for the file; a JSON record the same way, number by number,
+                      with the same keys and strings
+    differs           anything else: the first file, array (or JSON path) and element named
+
+The bounds are declared once, per study and kind of file, each with its reason, in
+``kit/protocols/tolerances.yaml`` (schema ``tolerances.schema.json``; under the evidence root
+like every protocol). A file no bound names must be identical. Machine facts
+(``machine.json`` and the other run metadata of ``kit.runfolder.UNHASHED``) stay outside the
+comparison.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kit import schema
+from kit.files import load_npz, read_bytes, read_json, read_yaml
+
+TOLERANCES = Path(__file__).with_name("protocols") / "tolerances.yaml"
+VERDICTS = ("identical", "within tolerance", "differs")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The declared bound of one kind of file: a difference passes when it is at most
+    ``atol`` or at most ``rtol`` relative to the shipped value's magnitude."""
+
+    study: str
+    files: str
+    atol: float
+    rtol: float
+    reason: str
+
+
+@dataclass
+class Verdict:
+    """One file: its verdict, the largest differences, and where it first differs."""
+
+    file: str
+    verdict: str
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    where: str = ""
+    bound: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def load_bounds(path: Path = TOLERANCES) -> list[Bound]:
+    """Every declared bound (schema-checked; a bad file is a KitError naming it)."""
+    document = read_yaml(path)
+    schema.check(document, "tolerances.schema.json", path)
+    return [Bound(b["study"], b["files"], float(b["atol"]), float(b["rtol"]), b["reason"])
+            for b in document["tolerances"]]
+
+
+def bound_for(bounds: list[Bound], study: str, name: str) -> Bound | None:
+    """The first bound of ``study`` whose file pattern matches ``name`` (none: identical)."""
+    return next((b for b in bounds if b.study == study and fnmatch.fnmatch(name, b.files)),
+                None)
+
+
+def compare_file(fresh: Path, shipped: Path, name: str, bound: Bound | None) -> Verdict:
+    """The verdict for one file present in both folders."""
+    if read_bytes(fresh) == read_bytes(shipped):
+        return Verdict(name, "identical")
+    if bound is None:
+        return Verdict(name, "differs", where="bytes differ and no tolerance is declared")
+    found = Verdict(name, "within tolerance", bound=f"atol {bound.atol:g}, rtol {bound.rtol:g}")
+    if name.endswith(".npz"):
+        _compare_arrays(load_npz(shipped), load_npz(fresh), bound, found)
+    elif name.endswith(".json"):
+        _compare_json(read_json(shipped), read_json(fresh), bound, "", found)
+    else:
+        found.verdict, found.where = "differs", "bytes differ (not an .npz or JSON file)"
+    return found
+
+
+def _differs(found: Verdict, where: str, **detail: Any) -> None:
+    if found.verdict != "differs":
+        found.verdict, found.where, found.detail = "differs", where, detail
+
+
+def _compare_arrays(shipped: dict[str, np.ndarray[Any, Any]],
+                    fresh: dict[str, np.ndarray[Any, Any]], bound: Bound, found: Verdict) -> None:
+    if sorted(shipped) != sorted(fresh):
+        _differs(found, "array names", shipped=sorted(shipped), fresh=sorted(fresh))
+        return
+    for name in sorted(shipped):
+        a, b = shipped[name], fresh[name]
+        if a.shape != b.shape or a.dtype != b.dtype:
+            _differs(found, f"array {name}", shipped=f"{a.dtype}{list(a.shape)}",
+                     fresh=f"{b.dtype}{list(b.shape)}")
+            continue
+        if a.dtype.kind not in "fc":
+            if not np.array_equal(a, b):
+                index = tuple(int(i) for i in np.argwhere(a != b)[0])
+                _differs(found, f"array {name} element {list(index)}",
+                         shipped=a[index].item(), fresh=b[index].item())
+            continue
+        _compare_floats(name, a.astype(np.float64), b.astype(np.float64), bound, found)
+
+
+def _compare_floats(name: str, a: np.ndarray[Any, Any], b: np.ndarray[Any, Any], bound: Bound,
+                    found: Verdict) -> None:
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    if not np.array_equal(nan_a, nan_b):
+        index = tuple(int(i) for i in np.argwhere(nan_a != nan_b)[0])
+        _differs(found, f"array {name} element {list(index)} (NaN position)",
+                 shipped=float(a[index]), fresh=float(b[index]))
+        return
+    same = nan_a | (a == b)  # equal infinities included
+    diff = np.where(same, 0.0, np.abs(a - b))
+    rel = np.where(same, 0.0, diff / np.maximum(np.abs(a), np.finfo(np.float64).tiny))
+    if diff.size:
+        found.max_abs = max(found.max_abs, float(np.nanmax(diff)))
+        found.max_rel = max(found.max_rel, float(np.nanmax(rel)))
+    outside = ~same & ~((diff <= bound.atol) | (rel <= bound.rtol))
+    if outside.any():
+        index = tuple(int(i) for i in np.argwhere(outside)[0])
+        _differs(found, f"array {name} element {list(index)}", shipped=float(a[index]),
+                 fresh=float(b[index]), abs=float(diff[index]), rel=float(rel[index]))
+
+
+def _compare_json(a: Any, b: Any, bound: Bound, path: str, found: Verdict) -> None:
+    where = path or "(top)"
+    if isinstance(a, dict) and isinstance(b, dict):
+        if sorted(a) != sorted(b):
+            _differs(found, f"keys of {where}", shipped=sorted(a), fresh=sorted(b))
+            return
+        for key in sorted(a):
+            _compare_json(a[key], b[key], bound, f"{path}/{key}", found)
+    elif isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            _differs(found, f"length of {where}", shipped=len(a), fresh=len(b))
+            return
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _compare_json(x, y, bound, f"{path}/{i}", found)
+    elif _number(a) and _number(b):
+        _compare_number(float(a), float(b), bound, where, found)
+    elif a != b or type(a) is not type(b):
+        _differs(found, where, shipped=a, fresh=b)
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _compare_number(a: float, b: float, bound: Bound, where: str, found: Verdict) -> None:
+    if a == b or (math.isnan(a) and math.isnan(b)):
+        return
+    if math.isnan(a) or math.isnan(b) or math.isinf(a) or math.isinf(b):
+        _differs(found, f"{where} (NaN or infinity)", shipped=a, fresh=b)
+        return
+    diff = abs(a - b)
+    rel = diff / max(abs(a), np.finfo(np.float64).tiny)
+    found.max_abs, found.max_rel = max(found.max_abs, diff), max(found.max_rel, rel)
+    if not (diff <= bound.atol or rel <= bound.rtol):
+        _differs(found, where, shipped=a, fresh=b, abs=diff, rel=rel)
+
+
+def compare_folders(fresh: Path, shipped: Path, study: str, names: list[str],
+                    bounds: list[Bound]) -> list[Verdict]:
+    """The verdict of every named file (relative to both folders): a file missing from
+    either side differs."""
+    verdicts = []
+    for name in sorted(names):
+        a, b = fresh / name, shipped / name
+        if not (a.is_file() and b.is_file()):
+            missing = "the fresh run" if not a.is_file() else "the shipped evidence"
+            verdicts.append(Verdict(name, "differs", where=f"missing from {missing}"))
+        else:
+            verdicts.append(compare_file(a, b, name, bound_for(bounds, study, name)))
+    return verdicts
+
+
+def summary(verdicts: list[Verdict]) -> dict[str, Any]:
+    """How many files have each verdict, the largest differences, and the first that
+    differs."""
+    counts = {v: sum(1 for x in verdicts if x.verdict == v) for v in VERDICTS}
+    first = next((x for x in verdicts if x.verdict == "differs"), None)
+    return {"counts": counts,
+            "max_abs": max((x.max_abs for x in verdicts), default=0.0),
+            "max_rel": max((x.max_rel for x in verdicts), default=0.0),
+            "first_difference": None if first is None else
+            {"file": first.file, "where": first.where, **first.detail}}

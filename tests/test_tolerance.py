@@ -1,0 +1,145 @@
+"""A replay verdict per file (``kit.tolerance``) and the claims recomputed from a fresh run
+beside the shipped ones (``kit.claims.fresh``, ``verify --evidence``): an injected
+difference below its declared bound is ``within tolerance``, one above it ``differs``
+naming the file, array and element, a file no bound names must be identical, and a
+changed status is reported and fails the verdict."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kit.claims.fresh import fresh_report, verdict, verify_fresh
+from kit.errors import KitError
+from kit.files import load_npz, write_npz
+from kit.paths import ROOT
+from kit.tolerance import Bound, bound_for, compare_file, load_bounds
+
+CORPUS = "claims/corpus/evidence/kit"
+CASE = "cases/simplified-layernorm-pow/reference.npz"
+BOUND = Bound("corpus", "cases/*/reference.npz", atol=1e-6, rtol=1e-5, reason="a test bound")
+
+
+def _pair(tmp_path: Path, shipped: dict[str, np.ndarray], fresh: dict[str, np.ndarray]
+          ) -> tuple[Path, Path]:
+    a, b = tmp_path / "fresh.npz", tmp_path / "shipped.npz"
+    write_npz(a, fresh)
+    write_npz(b, shipped)
+    return a, b
+
+
+def test_identical_within_tolerance_and_differs_on_arrays(tmp_path: Path) -> None:
+    x = np.linspace(-1.0, 1.0, 384, dtype=np.float32).reshape(3, 128)
+    same = compare_file(*_pair(tmp_path, {"y": x}, {"y": x.copy()}), "r.npz", BOUND)
+    assert same.verdict == "identical"
+    near = x.copy()
+    near[1, 5] += np.float32(2.4e-7)
+    found = compare_file(*_pair(tmp_path, {"y": x}, {"y": near}), "r.npz", BOUND)
+    assert found.verdict == "within tolerance"
+    assert 1e-7 < found.max_abs < 1e-6
+    far = x.copy()
+    far[2, 7] += np.float32(1e-3)
+    found = compare_file(*_pair(tmp_path, {"y": x}, {"y": far}), "r.npz", BOUND)
+    assert found.verdict == "differs"
+    assert found.where == "array y element [2, 7]"
+    assert found.detail["abs"] == pytest.approx(1e-3, rel=1e-3)
+    # without a declared bound the same small difference differs
+    assert compare_file(*_pair(tmp_path, {"y": x}, {"y": near}), "r.npz", None).verdict \
+        == "differs"
+
+
+def test_nan_positions_shapes_dtypes_and_names_must_agree(tmp_path: Path) -> None:
+    x = np.array([1.0, np.nan, 3.0])
+    moved = np.array([np.nan, 2.0, 3.0])
+    found = compare_file(*_pair(tmp_path, {"y": x}, {"y": moved}), "r.npz", BOUND)
+    assert (found.verdict, found.where) == ("differs", "array y element [0] (NaN position)")
+    assert compare_file(*_pair(tmp_path, {"y": x}, {"y": x.astype(np.float32)}), "r.npz",
+                        BOUND).where == "array y"
+    assert compare_file(*_pair(tmp_path, {"y": x}, {"z": x}), "r.npz", BOUND).where == \
+        "array names"
+    both_nan = np.array([1.0 + 1e-9, np.nan, 3.0])
+    assert compare_file(*_pair(tmp_path, {"y": x}, {"y": both_nan}), "r.npz",
+                        BOUND).verdict == "within tolerance"
+
+
+def test_json_records_compare_their_numbers_the_same_way(tmp_path: Path) -> None:
+    shipped, fresh = tmp_path / "a.json", tmp_path / "b.json"
+    shipped.write_text(json.dumps({"d": [1.0, 2.0], "name": "x", "n": 3}))
+    fresh.write_text(json.dumps({"d": [1.0, 2.0 + 1e-7], "name": "x", "n": 3}))
+    assert compare_file(fresh, shipped, "c.json", BOUND).verdict == "within tolerance"
+    fresh.write_text(json.dumps({"d": [1.0, 2.5], "name": "x", "n": 3}))
+    found = compare_file(fresh, shipped, "c.json", BOUND)
+    assert (found.verdict, found.where) == ("differs", "/d/1")
+    fresh.write_text(json.dumps({"d": [1.0, 2.0], "name": "y", "n": 3}))
+    assert compare_file(fresh, shipped, "c.json", BOUND).where == "/name"
+
+
+def test_the_declared_bounds_name_their_files_and_reasons() -> None:
+    bounds = load_bounds()
+    assert bound_for(bounds, "corpus", CASE) is not None
+    assert bound_for(bounds, "corpus", "cases/x/model.onnx") is None
+    assert bound_for(bounds, "drift", "score/cases/cand-rot10-bilinear.npz") is None
+    assert all(len(b.reason) > 40 for b in bounds)
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Path:
+    """A fresh corpus run shipped into a folder of its own: the shipped evidence copied."""
+    target = tmp_path / "fresh"
+    shutil.copytree(ROOT / CORPUS, target / CORPUS)
+    return target
+
+
+def _nudge(path: Path, by: float) -> None:
+    arrays = load_npz(path)
+    name = sorted(arrays)[0]
+    flat = arrays[name].reshape(-1).copy()
+    flat[3] += by
+    arrays[name] = flat.reshape(arrays[name].shape)
+    write_npz(path, arrays)
+
+
+def test_a_fresh_run_within_tolerance_holds(fresh: Path, tmp_path: Path) -> None:
+    _nudge(fresh / CORPUS / CASE, 2e-7)
+    report = fresh_report(fresh)
+    corpus = report["studies"]["corpus/kit"]
+    assert corpus["files"]["counts"]["within tolerance"] == 1
+    assert corpus["files"]["counts"]["differs"] == 0
+    assert corpus["status_diff"] == []
+    assert verdict(report, status_only=False)
+    assert verify_fresh(fresh, out=tmp_path / "replay" / "index.html") == 0
+    assert "holds" in (tmp_path / "replay" / "index.html").read_text()
+
+
+def test_a_difference_past_its_bound_differs_and_a_changed_status_fails(
+        fresh: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _nudge(fresh / CORPUS / CASE, 1e-2)
+    report = fresh_report(fresh)
+    first = report["studies"]["corpus/kit"]["files"]["first_difference"]
+    assert first["file"] == CASE
+    assert first["where"] == "array y element [0, 0, 3]"
+    assert not verdict(report, status_only=False)
+    # three cases whose fixed releases now deviate from their reference: the rate falls to
+    # 7 of 11, below the paper's 10 of 14, and K3 (C-003) no longer holds
+    for case in ("avgpool-asym-pads", "avgpool-ceil-include-pad", "cast-chain-fp16"):
+        _nudge(fresh / CORPUS / "cases" / case / "reference.npz", 1e3)
+    report = fresh_report(fresh)
+    diff = {d["claim"]: d for d in report["studies"]["corpus/kit"]["status_diff"]}
+    assert (diff["C-003"]["shipped_status"], diff["C-003"]["fresh_status"]) == \
+        ("consistent", "hypothesis fails")
+    assert diff["C-006"]["fresh_value"] != diff["C-006"]["shipped_value"]
+    assert not verdict(report, status_only=True)
+    assert verify_fresh(fresh, status_only=True, out=tmp_path / "page.html") == 1
+    assert "replay: corpus/kit: C-003: shipped consistent" in capsys.readouterr().out
+
+
+def test_a_folder_without_a_shipped_study_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(KitError, match="no claims/ folder"):
+        fresh_report(tmp_path)
+    (tmp_path / "claims").mkdir()
+    with pytest.raises(KitError, match="holds no study's evidence"):
+        fresh_report(tmp_path)
