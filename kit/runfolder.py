@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kit import schema
 from kit.errors import FileFormatError, KitError
 from kit.files import canonical_json, read_json, sha256, write_atomic
 from kit.paths import ROOT
@@ -54,6 +55,8 @@ TEMPORARY_NAME = re.compile(r"\.[^/\\]+\.tmp")
 REPLAY_MARK = ".kit-replay"  # written by the kit into a replay folder it makes
 # Run metadata beside the results, never inside the run manifest.
 CPU_TIMES = "cpu.json"  # per stage: wall and CPU seconds, cores, utilisation (nox -s bench)
+# The stage records a later stage reads fields of, checked on every read.
+RECORD_SCHEMAS = {"fetch": "fetch_record.schema.json"}
 UNHASHED = (MANIFEST, TIMINGS, MACHINE, REPLAY, LOCK, RUN_STATE, TRAINING_CACHE, CPU_TIMES,
             REPLAY_MARK)
 STEPS_DIR = "steps"  # the SciML pipeline's per-step state (kit/sciml/pipeline.py)
@@ -90,6 +93,8 @@ class Run:
         record = read_json(path, fix)
         if not isinstance(record, dict):
             raise FileFormatError(f"{path}: not a JSON object; {fix}")
+        if stage in RECORD_SCHEMAS:
+            schema.check(record, RECORD_SCHEMAS[stage], f"{path} ({fix})", FileFormatError)
         return record
 
     def listed(self, stage: str, name: object, field: str) -> Path:

@@ -187,3 +187,26 @@ def test_a_failed_command_that_wrote_a_result_keeps_the_take(tmp_path: Path) -> 
     with pytest.raises(RuntimeError):
         stage_fails_after_writing()
     assert sorted(p.name for p in run.iterdir()) == [".lock", "fetch", "run.json"]
+
+
+@pytest.mark.parametrize(("record", "what"), [
+    ("{}", "(top): 'substrate' is a required property"),
+    ('{"substrate": "digits", "mean": [0.5, 0.5, 0.5], "std": [0.2, 0.2, 0.2]}',
+     "'models' is a required property"),
+    ('{"substrate": "digits", "std": [0.2, 0.2, 0.2], "models": {}}',
+     "'mean' is a required property"),
+])
+def test_a_fetch_record_without_what_later_stages_read_is_refused(
+        tmp_path: Path, record: str, what: str) -> None:
+    """``{}`` as fetch/fetch.json, or one without its mean or models: a FileFormatError
+    naming the file, the field and the fix, never a KeyError in a later stage."""
+    from kit.errors import FileFormatError
+    from kit.runfolder import Run
+
+    path = tmp_path / "fetch" / "fetch.json"
+    path.parent.mkdir()
+    path.write_text(record)
+    with pytest.raises(FileFormatError) as caught:
+        Run(tmp_path).record("fetch")
+    assert str(caught.value).startswith(f"{path} (delete the stage folder")
+    assert what in str(caught.value)

@@ -43,6 +43,15 @@ def read_shipped(path: Path) -> Any:
     return read_json(path, RESTORE)
 
 
+def read_record(path: Path) -> dict[str, Any]:
+    """A shipped JSON record that must be an object (a list, a string or a number in its
+    place is a KitError naming the file, never an AttributeError)."""
+    record = read_shipped(path)
+    if not isinstance(record, dict):
+        raise KitError(f"{path}: not a JSON object ({type(record).__name__}); {RESTORE}")
+    return record
+
+
 def collect(check: Callable[..., list[str]], *args: Any) -> list[str]:
     """The problems ``check`` returns, or the one it raised: a check that cannot go on
     never stops the others."""

@@ -36,6 +36,7 @@ from kit.claims.coverage import (
     check_manifests,
     collect,
     hash_problems,
+    read_record,
     read_shipped,
     relative,
     roots,
@@ -111,7 +112,7 @@ def check_trajectories(root: Path) -> list[str]:
 
 
 def _used_trajectories(record: Path, index_path: Path, index: dict[str, Any]) -> list[str]:
-    used = read_shipped(record).get("trajectories")
+    used = read_record(record).get("trajectories")
     if not isinstance(used, dict) or not used:
         return [f"{record}: names no trajectories; ship a run of the current kit"]
     problems = []
@@ -139,7 +140,7 @@ def run_manifest_problems(root: Path) -> list[str]:
 
 def _shipped_run_problems(manifest: Path) -> list[str]:
     folder = manifest.parent
-    listed = read_shipped(manifest).get("files")
+    listed = read_record(manifest).get("files")
     if not isinstance(listed, dict):
         return [f"{manifest}: no 'files' mapping; {RESTORE}"]
     problems = []
@@ -152,7 +153,7 @@ def _shipped_run_problems(manifest: Path) -> list[str]:
         else:
             problems += hash_problems(path, listed[name], manifest)
     replay = folder / "replay.json"
-    if replay.is_file() and read_shipped(replay).get("first_manifest_sha256") != \
+    if replay.is_file() and read_record(replay).get("first_manifest_sha256") != \
             sha256(manifest, RESTORE):
         problems.append(f"{replay}: compared another run manifest than {manifest}")
     return problems
@@ -172,7 +173,7 @@ def paper_pin_problems(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
 
 
 def _pin_problems(record: Path, substrate: str) -> list[str]:
-    pins = read_shipped(record).get("asset_pins")
+    pins = read_record(record).get("asset_pins")
     if pins == {"source": "kit/drift/assets.py"}:
         return []
     return [f"{record}: the {substrate} evidence was fetched under other asset pins than "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -25,7 +24,8 @@ from PIL import Image
 
 from kit.drift import models
 from kit.drift.rotate import to_input
-from kit.files import canonical_json, write_atomic
+from kit.errors import FileFormatError
+from kit.files import canonical_json, read_json, write_atomic
 
 Array = np.ndarray[Any, Any]
 
@@ -114,6 +114,26 @@ def _fit(recipe: Recipe, images: Array, labels: Array, num_classes: int,
     return model.eval()
 
 
+# What a training-cache record must hold for the stages that read it.
+CACHE_FIELDS = {"cache_key": str, "weights_sha256": str, "mean": list, "std": list,
+                "train_images": int, "recipe": dict}
+
+
+def read_cache_record(path: Path) -> dict[str, Any]:
+    """A training-cache record (``record.json`` beside the cached weights): JSON, UTF-8, an
+    object with every field the stages read; else a KitError naming it and the fix."""
+    fix = f"delete the cache folder {path.parent} to train again"
+    record = read_json(path, fix)
+    if not isinstance(record, dict):
+        raise FileFormatError(f"{path}: not a JSON object; {fix}")
+    for name, kind in CACHE_FIELDS.items():
+        if not isinstance(record.get(name), kind) or isinstance(record.get(name), bool):
+            raise FileFormatError(f"{path}: {name} missing or not a {kind.__name__}; {fix}")
+    if len(record["mean"]) != 3 or len(record["std"]) != 3:
+        raise FileFormatError(f"{path}: mean and std must hold three channels; {fix}")
+    return record
+
+
 def train_cached(recipe: Recipe, images: Array, labels: Array, num_classes: int,
                  cache: Path) -> tuple[Path, dict[str, Any], bool]:
     """(state_dict path, its record, whether it came from the cache)."""
@@ -121,7 +141,7 @@ def train_cached(recipe: Recipe, images: Array, labels: Array, num_classes: int,
     folder = cache / key[:16]
     weights, record_path = folder / f"{recipe.architecture}.pt", folder / "record.json"
     if weights.is_file() and record_path.is_file():
-        record = json.loads(record_path.read_text())
+        record = read_cache_record(record_path)
         if record.get("cache_key") == key and record.get("weights_sha256") == \
                 hashlib.sha256(weights.read_bytes()).hexdigest():
             return weights, record, True

@@ -682,3 +682,15 @@ def test_an_empty_folder_under_the_evidence_is_a_failed_check(repository: Path,
     proc = run_verify(root)
     assert failures(proc) == [f"{empty}: an empty folder, which no manifest lists; remove it"]
     assert proc.returncode == 1
+
+
+@pytest.mark.parametrize("name", ["claims/drift/evidence/digits/run-manifest.json",
+                                  "claims/drift/evidence/digits/replay.json",
+                                  "claims/sciml/evidence/kit/mgn.json"])
+def test_a_shipped_record_that_is_not_an_object_is_a_failed_check(
+        repository: Path, tmp_path: Path, name: str) -> None:
+    root = repo_copy(repository, tmp_path)
+    (root / name).write_text("[]\n")
+    proc = run_verify(root)
+    assert proc.returncode == 1
+    assert f"{root / name}: not a JSON object (list); restore it from git" in failures(proc)

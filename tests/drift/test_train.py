@@ -6,6 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from kit.drift.digits import load_digits_rgb32
@@ -58,3 +59,26 @@ def test_a_tampered_cache_entry_is_retrained(tmp_path: Path) -> None:
     again, _, cached = train_cached(recipe, images, labels, 10, tmp_path)
     assert not cached
     assert again.read_bytes() == good
+
+
+@pytest.mark.parametrize(("content", "what"), [
+    (b"\xff\xfe not utf-8", "not UTF-8"),
+    (b"{not json", "not valid JSON"),
+    (b"[]", "not a JSON object"),
+    (b'{"cache_key": "k", "weights_sha256": "w", "std": [1, 1, 1], "train_images": 3, '
+     b'"recipe": {}}', "mean missing or not a list"),
+    (b'{"cache_key": "k", "weights_sha256": "w", "mean": [0], "std": [1, 1, 1], '
+     b'"train_images": 3, "recipe": {}}', "three channels"),
+])
+def test_a_broken_training_cache_record_is_an_error_naming_it(tmp_path: Path, content: bytes,
+                                                              what: str) -> None:
+    from kit.drift.train import read_cache_record
+    from kit.errors import KitError
+
+    path = tmp_path / "cache" / "record.json"
+    path.parent.mkdir()
+    path.write_bytes(content)
+    with pytest.raises(KitError, match=what) as caught:
+        read_cache_record(path)
+    assert str(path) in str(caught.value)
+    assert f"delete the cache folder {path.parent} to train again" in str(caught.value)
