@@ -77,6 +77,13 @@ def verify(session: nox.Session) -> None:
 
 
 @nox.session
+def reports(session: nox.Session) -> None:
+    """Every study's report from the shipped evidence (python -m kit reports), into
+    runs/reports (-- --out DIR)."""
+    session.run(_python(), "-m", "kit", "reports", *session.posargs, external=True)
+
+
+@nox.session
 def sciml(session: nox.Session) -> None:
     """SciML study (python -m kit sciml): operator floor, FV balance, FNO, PINN,
     MeshGraphNet (with PhysicsNeMo, whose environment is built first), into runs/sciml.

@@ -85,7 +85,7 @@ class InputRefused(KitError):
 def missing_module(exc: ModuleNotFoundError, command: str) -> str:
     """Which environment has what a command (``python -m kit verify``) needs, and how to
     build it."""
-    if command.endswith(" verify"):
+    if command.endswith((" verify", " reports")):
         build, python = "python3 -m kit.runtime.venvs verify", ".venv-verify/bin/python"
     else:
         build, python = "python3 -m kit.runtime.venvs tools", ".venv/bin/python"

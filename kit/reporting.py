@@ -5,7 +5,8 @@ saved as PNG without a timestamp, and one self-contained HTML page.
     csv_text    the same rows as CSV
     pyplot      matplotlib's pyplot on the Agg backend (imported on first use)
     save_png    a figure as PNG bytes written atomically (no "Software" metadata)
-    html_page   a page: a heading, a provenance table, every table, every figure
+    PageTable, PageFigure  a page's sections, each headed by what it shows
+    html_page   a page: its sections in order (long tables folded), then the provenance
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import csv
 import html
 import io
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,27 +60,64 @@ def save_png(fig: Any, path: Path) -> None:
     pyplot().close(fig)
 
 
-STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto}"
+STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 8px}"
          "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;"
-         "padding:3px 8px;font-size:13px}")
+         "padding:3px 8px;font-size:13px}img{max-width:100%}p.note{color:#444}"
+         "summary{cursor:pointer;margin:.5em 0}")
+# A table longer than this is folded (``<details>``), so the figures stay in view.
+FOLD_ROWS = 25
+
+
+@dataclass(frozen=True)
+class PageTable:
+    """A table of the page: what it shows (the heading), its header and rows of strings."""
+
+    heading: str
+    header: list[str]
+    rows: Rows
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PageFigure:
+    """A figure of the page: what it shows (the heading) and its PNG file beside the page."""
+
+    heading: str
+    file: str
+    note: str = ""
+
+
+def _note(note: str) -> list[str]:
+    return [f"<p class='note'>{html.escape(note)}</p>"] if note else []
+
+
+def _table(table: PageTable) -> list[str]:
+    cells = [f"<table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in table.header)}</tr>"]
+    cells += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+              for row in table.rows]
+    cells.append("</table>")
+    if len(table.rows) > FOLD_ROWS:
+        cells = [f"<details><summary>show the {len(table.rows)} rows</summary>", *cells,
+                 "</details>"]
+    return [f"<h2>{html.escape(table.heading)}</h2>", *_note(table.note), *cells]
+
+
+def _figure(figure: PageFigure) -> list[str]:
+    return [f"<h2>{html.escape(figure.heading)}</h2>", *_note(figure.note),
+            f"<img src='{html.escape(figure.file)}' alt='{html.escape(figure.heading)}'>"]
 
 
 def html_page(title: str, heading: str, provenance: dict[str, Any],
-              found: dict[str, tuple[list[str], Rows]], figure_names: list[str]) -> str:
-    """The HTML page: provenance, every table, every figure (by file name, beside it)."""
+              sections: Sequence[PageTable | PageFigure]) -> str:
+    """The HTML page: the sections in order (each headed by what it shows; a table of
+    over FOLD_ROWS rows folded), then the provenance."""
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
              f"</title><style>{STYLE}</style></head><body>",
-             f"<h1>{html.escape(heading)}</h1><h2>Provenance</h2><table>"]
+             f"<h1>{html.escape(heading)}</h1>"]
+    for section in sections:
+        parts += _table(section) if isinstance(section, PageTable) else _figure(section)
+    parts.append("<h2>Provenance</h2><table>")
     for key, value in provenance.items():
         parts.append(f"<tr><th>{html.escape(key)}</th><td><code>{html.escape(str(value))}"
                      "</code></td></tr>")
-    parts.append("</table>")
-    for name, (header, rows) in found.items():
-        parts.append(f"<h2>{html.escape(name)}</h2><table><tr>"
-                     + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>")
-        parts += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                  for row in rows]
-        parts.append("</table>")
-    parts += [f"<h2>{html.escape(n)}</h2><img src='{html.escape(n)}' style='max-width:100%'>"
-              for n in figure_names]
-    return "\n".join([*parts, "</body></html>"]) + "\n"
+    return "\n".join([*parts, "</table></body></html>"]) + "\n"

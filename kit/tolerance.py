@@ -29,6 +29,7 @@ from kit.files import load_npz, read_bytes, read_json, read_yaml
 
 TOLERANCES = Path(__file__).with_name("protocols") / "tolerances.yaml"
 VERDICTS = ("identical", "within tolerance", "differs")
+TINY = float(np.finfo(np.float64).tiny)  # the relative difference's floor under a zero
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def _compare_floats(name: str, a: np.ndarray[Any, Any], b: np.ndarray[Any, Any],
         return
     same = nan_a | (a == b)  # equal infinities included
     diff = np.where(same, 0.0, np.abs(a - b))
-    rel = np.where(same, 0.0, diff / np.maximum(np.abs(a), np.finfo(np.float64).tiny))
+    rel = np.where(same, 0.0, diff / np.maximum(np.abs(a), TINY))
     if diff.size:
         found.max_abs = max(found.max_abs, float(np.nanmax(diff)))
         found.max_rel = max(found.max_rel, float(np.nanmax(rel)))
@@ -163,7 +164,7 @@ def _compare_number(a: float, b: float, bound: Bound, where: str, found: Verdict
         _differs(found, f"{where} (NaN or infinity)", shipped=a, fresh=b)
         return
     diff = abs(a - b)
-    rel = diff / max(abs(a), np.finfo(np.float64).tiny)
+    rel = diff / max(abs(a), TINY)
     found.max_abs, found.max_rel = max(found.max_abs, diff), max(found.max_rel, rel)
     if not (diff <= bound.atol or rel <= bound.rtol):
         _differs(found, where, shipped=a, fresh=b, abs=diff, rel=rel)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kit.files import read_json, write_atomic
-from kit.reporting import html_page, pyplot, save_png, write_table
+from kit.reporting import PageFigure, PageTable, html_page, pyplot, save_png, write_table
 
 SHOWN = ("direct", "metamorphic", "maximum", "mixed", "polygraphy")
 HEADER = ["case", "model", "placement", "affected / fixed", "accuracy", "release control",
@@ -69,18 +69,24 @@ def tpr_figure(hosts: list[dict[str, Any]], out: Path) -> str:
     return "detectors-tpr.png"
 
 
-def write_detector_report(run: Path) -> Path:
-    """Write the study's report pages into ``<run>/report/``; returns the page."""
+def write_detector_report(run: Path, out: Path | None = None) -> Path:
+    """Write the study's report pages of a run (or the shipped evidence) into ``out``
+    (default ``<run>/report/``); returns the page."""
     evidence = read_json(run / "detectors" / "hosts.json")
-    out = run / "report"
+    out = out or run / "report"
     rows = [_host_row(row) for row in evidence["hosts"]]
     write_table(out, "detectors", HEADER, rows)
     figure = tpr_figure([row for row in evidence["hosts"] if row["hosted"]], out)
     provenance = {"hosts": sum(1 for row in evidence["hosts"] if row["hosted"]),
                   "not hosted": evidence["not_hosted"], "polygraphy": evidence["polygraphy"],
                   "protocol sha256": evidence["protocol_sha256"]}
+    sections: list[PageTable | PageFigure] = [
+        PageFigure("True-positive rate per detector and host, at matched FPR", figure,
+                   "Bars: TPR; whiskers: nested 95% interval; black dash: the realised FPR. "
+                   "Polygraphy runs uncalibrated (its default tolerances)."),
+        PageTable("Per host: accuracy, release control, detection at matched FPR and "
+                  "localisation", HEADER, rows)]
     page = html_page("Corpus detector study", "Real defects in the digits models: detectors "
-                     "at matched FPR and localisation", provenance, {"Hosts": (HEADER, rows)},
-                     [figure])
+                     "at matched FPR and localisation", provenance, sections)
     write_atomic(out / "detectors.html", page.encode())
     return out / "detectors.html"

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kit.files import read_json, write_atomic
-from kit.reporting import html_page, pyplot, save_png, write_table
+from kit.reporting import PageFigure, PageTable, html_page, pyplot, save_png, write_table
 
 CRASH_HEADER = ["case", "issue", "op", "level", "affected", "fixed", "fails on", "as declared",
                 "error (first affected release)"]
@@ -100,13 +100,25 @@ def deviation_map(evidence: dict[str, Any], out: Path) -> str:
     return "deviation-map.png"
 
 
-def write_report(run: Path) -> Path:
-    """Write ``<run>/report/`` from the run's ``corpus/cases.json``; returns the page."""
+MAP_NOTE = ("Rows: the cases at their level; columns: onnxruntime releases. Colour: log10 of "
+            "the largest |output - reference|; white: exactly the reference; magenta, marked "
+            "inf: a wrong shape or a NaN; black: the release could not load or run the model. "
+            "Red outline: a release the issue declares affected.")
+
+
+def write_report(run: Path, out: Path | None = None) -> Path:
+    """Write the report of a corpus run (or the shipped evidence) from its
+    ``corpus/cases.json`` into ``out`` (default ``<run>/report/``); returns the page."""
     evidence = read_json(run / "corpus" / "cases.json")
-    out = run / "report"
+    out = out or run / "report"
     rows = table_rows(evidence)
     write_table(out, "cases", HEADER, rows)
-    figures = [deviation_map(evidence, out)] if evidence["cases"] else []
+    sections: list[PageTable | PageFigure] = []
+    if evidence["cases"]:
+        sections.append(PageFigure("Deviation from the reference per case and release",
+                                   deviation_map(evidence, out), MAP_NOTE))
+    sections.append(PageTable("Per case: declared releases, reproduced or not, the largest "
+                              "deviation and Polygraphy's verdict", HEADER, rows))
     s = evidence["summary"]
     low, high = s["wilson95"]
     provenance = {"cases": s["listed"], "reproduced": s["reproduced"],
@@ -114,12 +126,12 @@ def write_report(run: Path) -> Path:
                   "paper": f"{s['paper']['reproduced']}/{s['paper']['listed']} (unnamed issues)",
                   "releases": ", ".join(evidence["releases"]),
                   "protocol sha256": evidence["protocol_sha256"]}
-    tables = {"Cases": (HEADER, rows)}
     if (run / "corpus" / "crashes.json").is_file():
         crashes = crash_rows(read_json(run / "corpus" / "crashes.json")["crashes"])
         write_table(out, "crashes", CRASH_HEADER, crashes)
-        tables["Crash-only defects (not counted in the rate)"] = (CRASH_HEADER, crashes)
+        sections.append(PageTable("Crash-only defects: where each fails to run (not counted "
+                                  "in the rate)", CRASH_HEADER, crashes))
     page = html_page("Real-defect corpus", "Real-defect corpus: onnxruntime CPU defects",
-                     provenance, tables, figures)
+                     provenance, sections)
     write_atomic(out / "index.html", page.encode())
     return out / "index.html"

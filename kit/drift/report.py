@@ -15,9 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from kit.drift.evidence import ROLE_CODES
+from kit.drift.evidence import ROLE_CODES, read_table, table_name
 from kit.errors import KitError
-from kit.reporting import html_page, pyplot, save_png
+from kit.files import read_json, write_atomic
+from kit.reporting import PageFigure, PageTable, html_page, pyplot, save_png, write_table
+from kit.runfolder import Run
 
 Array = np.ndarray[Any, Any]
 NAMES = {"metamorphic": "Metamorphic contrast (subtracted)", "direct": "Direct L2 (plain)",
@@ -295,8 +297,56 @@ def figures(out: Path, score: dict[str, Any], boot: dict[str, Any], sens: dict[s
     return list(drawn)
 
 
+# What each table and figure shows, as its heading on the page (the key is its file stem).
+HEADINGS = {
+    "table1": "Table 1: held-out detection per detector (TPR, FPR, AUROC, AUPRC)",
+    "figure1-detection.png": "Detection and false-alarm rates per detector, the paper's beside",
+    "table2": "Table 2: the metamorphic contrast against the two-input maximum",
+    "table3": "Table 3: localisation of the faulty layer per scoring method",
+    "figure2-localisation.png": "Localisation (top-1, top-3, MRR) per scoring method, "
+                                "the paper's beside",
+    "table4": "Table 4: detection, localisation and reference stability per rotation",
+    "figure3-rotation-grid.png": "Rotation sensitivity grid, the paper's Table 4 beside",
+    "figure4-geometry.png": "Error geometry: cosine of e_o and e_t against the cancellation "
+                            "ratio",
+    "bootstrap": "Bootstrap: mean, spread and 95% interval of each difference and rate",
+    "per_model": "Per model: each detector's TPR and each scoring method's top-1",
+}
+NOTES = {"figure1-detection.png": "Bars: the kit's held-out rates on the digits substrate; "
+                                  "whiskers: the nested bootstrap's 95% interval; black ticks: "
+                                  "the paper's values (CIFAR-100), read from claims/drift.yaml.",
+         "figure3-rotation-grid.png": "Lines: the kit's rates per rotation condition; hollow "
+                                      "markers: the paper's Table 4 values."}
+
+
 def page(found: dict[str, tuple[list[str], list[list[str]]]], figure_names: list[str],
          provenance: dict[str, Any]) -> str:
-    """The HTML page: provenance, every table, every figure."""
-    return html_page("Drift study report", "Drift study: report of one run", provenance,
-                     found, figure_names)
+    """The HTML page: the tables and figures in the order of the paper (``HEADINGS``),
+    then the provenance."""
+    sections: list[PageTable | PageFigure] = [
+        PageTable(HEADINGS[key], *found[key]) if key in found
+        else PageFigure(HEADINGS[key], key, NOTES.get(key, ""))
+        for key in HEADINGS if key in found or key in figure_names]
+    return html_page("Drift study report", "Drift study: detection, localisation and "
+                     "rotation sensitivity", provenance, sections)
+
+
+def write_report(run: Run, out: Path, paper: PaperValues, provenance: dict[str, Any]
+                 ) -> dict[str, Any]:
+    """Tables, figures and ``index.html`` of a run folder (a run, or the shipped evidence
+    under claims/) into ``out``, from its score, bootstrap and sensitivity summaries."""
+    score_record = run.record("score")
+    load = {name: read_json(run.listed(name, run.record(name)["summary"]["path"],
+                                       "summary.path"),
+                            f"delete {run.stage(name)} and rerun the {name} stage")
+            for name in ("score", "bootstrap", "sensitivity")}
+    found = tables(load["score"], load["bootstrap"], load["sensitivity"])
+    for name, (header, rows) in found.items():
+        write_table(out, name, header, rows)
+    name = table_name("cand", score_record["primary_condition"])
+    table = read_table(run.listed("score", score_record["tables"][name]["path"],
+                                  f"tables.{name}.path"), score_record["tables"][name])
+    figure_names = figures(out, load["score"], load["bootstrap"], load["sensitivity"], table,
+                           paper)
+    write_atomic(out / "index.html", page(found, figure_names, provenance).encode())
+    return {"tables": sorted(found), "figures": figure_names, "page": "report/index.html"}

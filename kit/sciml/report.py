@@ -26,8 +26,9 @@ import numpy as np
 from kit.errors import FileFormatError, KitError
 from kit.files import read_json, write_atomic
 from kit.paths import ROOT
-from kit.reporting import Rows, csv_text, html_page, markdown, pyplot, save_png
+from kit.reporting import PageFigure, PageTable, Rows, html_page, pyplot, save_png, write_table
 
+LEDGER = ROOT / "claims" / "sciml.yaml"
 RECORDS = ("ledger.json", "operator_floor.json", "unified.json", "mgn_faults.json",
            "second_task.json")
 VERDICTS = ("pass", "fail", "out-of-relation-domain", "inconclusive")
@@ -70,11 +71,20 @@ def verdict_table(ledger: dict[str, Any]) -> Table:
     return ["Relation (card)", "Subject", *kinds, "Total"], rows
 
 
+def condition_text(name: str, condition: Any) -> str:
+    """One gate condition in words: ``basis: fails (density variation ...)``."""
+    label = name.replace("_", " ")
+    if isinstance(condition, dict) and "state" in condition:
+        why = condition.get("why")
+        return f"{label}: {condition['state']}" + (f" ({why})" if why else "")
+    return f"{label}: {condition}"
+
+
 def gate_table(ledger: dict[str, Any]) -> Table:
     rows = [[d["card"], d["decision"],
-             "; ".join(f"{k}: {v}" for k, v in sorted(d.get("conditions", {}).items()))]
+             "; ".join(condition_text(k, v) for k, v in sorted(d.get("conditions", {}).items()))]
             for d in sorted(ledger["decisions"], key=lambda d: d["card"])]
-    return ["Card", "Gate decision", "Conditions"], rows
+    return ["Card", "Gate decision", "Conditions (state and why)"], rows
 
 
 def trials(entry: dict[str, Any]) -> int:
@@ -127,7 +137,27 @@ def _labelled(fig: Any, ax: Any, xlabel: str, ylabel: str, title: str) -> Any:
     return fig
 
 
-def floor_figure(floor: dict[str, Any]) -> Any:
+# The claims of claims/sciml.yaml whose published values the operator-floor figure draws
+# (read by id at runtime: no published number is written here).
+PAPER_SLOPE = {"slope": "B-072", "low": "B-073", "high": "B-073b"}
+
+
+def paper_slope(ledger: dict[str, Any]) -> dict[str, float]:
+    """The paper's operator-floor slope and its 95% interval, from the claim ledger."""
+    by_id = {claim["id"]: claim for claim in ledger["claims"]}
+    found = {}
+    for name, claim_id in PAPER_SLOPE.items():
+        value = by_id.get(claim_id, {}).get("value")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise KitError(f"claims/sciml.yaml: claim {claim_id} (the paper's slope, {name}) "
+                           f"needs a numeric value, has {value!r}")
+        found[name] = float(value)
+    return found
+
+
+def floor_figure(floor: dict[str, Any], paper: dict[str, float] | None = None) -> Any:
+    """The operator floor on log-log axes; with ``paper``, the paper's slope as a grey line
+    through the kit's coarsest measured point."""
     plt = pyplot()
     rows = floor["resolutions"]
     h = [r["h"] for r in rows]
@@ -139,7 +169,14 @@ def floor_figure(floor: dict[str, Any]) -> Any:
     ax.loglog(h, [r["predicted"] for r in rows], ":", gid="fit",
               label=f"fit: slope {floor['slope']:.4f} [{low:.4f}, {high:.4f}]")
     ax.loglog(h, [r["bound"] for r in rows], "--", label="a-priori bound", gid="bound")
-    return _labelled(fig, ax, "mesh size h", "operator floor (discrete L2)", "Operator floor")
+    if paper:
+        start = rows[0]["measured"]
+        ax.loglog(h, [start * (x / h[0]) ** paper["slope"] for x in h], "-", color="grey",
+                  alpha=0.6, linewidth=3, gid="paper", zorder=0,
+                  label=f"paper: slope {paper['slope']:.3f} [{paper['low']:.3f}, "
+                        f"{paper['high']:.3f}]")
+    return _labelled(fig, ax, "mesh size h", "operator floor (discrete L2)",
+                     "Operator floor against mesh size")
 
 
 def verdict_figure(ledger: dict[str, Any]) -> Any:
@@ -189,16 +226,19 @@ def write_report(evidence: Path, out: Path | None = None) -> Path:
     records = _records(evidence)
     ledger = records["ledger.json"]
     found = {"Verdicts per relation and subject": verdict_table(ledger),
-             "Admissibility gate": gate_table(ledger),
-             "Unified catalogue: detections per entry": catalogue_table(records["unified.json"]),
-             "MeshGraphNet sweeps (detected/n [Wilson 95%])": sweep_table(
+             "Admissibility gate: each card's decision and conditions": gate_table(ledger),
+             "Unified catalogue: detections per entry and detector": catalogue_table(
+                 records["unified.json"]),
+             "MeshGraphNet sweeps: detected/n [Wilson 95%] per level": sweep_table(
                  records["mgn_faults.json"]),
              "Second task: measurements": second_task_table(records["second_task.json"]),
-             "Operator floor": floor_table(records["operator_floor.json"])}
+             "Operator floor per mesh resolution": floor_table(records["operator_floor.json"])}
     for number, (header, rows) in enumerate(found.values(), 1):
-        write_atomic(out / f"table{number}.md", markdown(header, rows).encode())
-        write_atomic(out / f"table{number}.csv", csv_text(header, rows).encode())
-    figures = {"figure1-operator-floor.png": floor_figure(records["operator_floor.json"]),
+        write_table(out, f"table{number}", header, rows)
+    from kit.claims.ledger import load_ledger
+
+    figures = {"figure1-operator-floor.png": floor_figure(
+                   records["operator_floor.json"], paper_slope(load_ledger(LEDGER))),
                "figure2-verdict-reading.png": verdict_figure(ledger),
                "figure3-detection-heatmap.png": heatmap_figure(records["unified.json"])}
     for name, fig in figures.items():
@@ -206,6 +246,26 @@ def write_report(evidence: Path, out: Path | None = None) -> Path:
     provenance = {"evidence": evidence, "study": ledger.get("study", ""),
                   "verdicts": len(ledger["verdicts"]), "subjects": ledger.get("subjects_note")}
     page = out / "index.html"
-    write_atomic(page, html_page("SciML study report", "SciML study: report of one run",
-                                 provenance, found, list(figures)).encode())
+    write_atomic(page, html_page("SciML study report", "SciML study: verdicts, gate, fault "
+                                 "catalogue and operator floor", provenance,
+                                 sections(found, list(figures))).encode())
     return page
+
+
+# The figures' headings, and the table each is drawn beside: (file, heading, after table).
+FIGURES = (("figure2-verdict-reading.png", "Two-axis verdict reading: V / tolerance against "
+            "the domain score D, one marker per verdict", "Verdicts per relation and subject"),
+           ("figure3-detection-heatmap.png", "Detection rate per catalogue entry and detector",
+            "Admissibility gate: each card's decision and conditions"),
+           ("figure1-operator-floor.png", "Operator floor against mesh size h, the paper's "
+            "slope beside", "Second task: measurements"))
+
+
+def sections(found: dict[str, Table], figure_names: list[str]) -> list[PageTable | PageFigure]:
+    """The page's order: each figure before the table it draws (``FIGURES``)."""
+    out: list[PageTable | PageFigure] = []
+    for heading, (header, rows) in found.items():
+        out.append(PageTable(heading, header, rows))
+        out += [PageFigure(title, name) for name, title, after in FIGURES
+                if after == heading and name in figure_names]
+    return out

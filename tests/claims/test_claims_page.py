@@ -2,7 +2,7 @@
 text, relative evidence links, and a page that headless Chromium renders (not blank,
 every id in the DOM).
 
-Also covers ``kit.claims.page`` (no test file of its own)."""
+Also covers ``kit.claims.page`` and ``kit.claims.page_style`` (no test files of their own)."""
 
 from __future__ import annotations
 
@@ -240,3 +240,14 @@ def test_chromium_renders_the_page(page: Path, tmp_path: Path) -> None:
     for anchor in anchors(small_report()):
         assert f'id="{anchor}"' in dom
     assert "<script>alert(1)</script>" not in dom
+
+
+def test_the_reports_and_the_replay_page_are_linked_when_present(tmp_path: Path) -> None:
+    root = evidence_root(tmp_path / "repo")
+    page = root / "runs" / "verify" / "index.html"
+    assert "runs/reports" not in write_page(small_report(), page, root).read_text()
+    (root / "runs" / "reports").mkdir(parents=True)
+    (root / "runs" / "reports" / "index.html").write_text("<html></html>\n")
+    text = write_page(small_report(), page, root).read_text()
+    assert '<a href="../reports/index.html">every study&#x27;s report' in text
+    assert "runs/replay" not in text

@@ -443,10 +443,10 @@ def test_the_copied_repository_verifies_with_the_published_root(repository: Path
 def test_a_one_line_edit_of_the_grading_code_changes_the_root(repository: Path,
                                                              tmp_path: Path) -> None:
     """The combined root covers the code that grades: a reversal turned into a reproduced
-    direction by one line of kit/claims/ledger.py fails --expect-root, with the evidence
+    direction by one line of kit/claims/rules.py fails --expect-root, with the evidence
     root unchanged."""
     copy = repo_copy(repository, tmp_path)
-    ledger = copy / "kit/claims/ledger.py"
+    ledger = copy / "kit/claims/rules.py"
     text = ledger.read_text()
     line = '    if rule_grade == "direction" and not paper:\n        return "direction reversed"\n'
     assert line in text

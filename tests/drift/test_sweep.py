@@ -192,6 +192,8 @@ def test_the_report_has_the_drift_map_and_the_alarm_table(
     report = swept[0] / "report"
     assert (report / "drift-map.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     lines = (report / "alarm-rates.csv").read_text().splitlines()
-    assert lines[0] == "release,level,threads,export,metamorphic,direct,mixed,maximum,polygraphy"
+    assert lines[0] == ("release,level,threads,export," + ",".join(
+        f"{d}: pooled; highest model [95%]" for d in ("metamorphic", "direct", "mixed",
+                                                       "maximum")) + ",polygraphy")
     assert len(lines) == 1 + 2 * 2 * 2 * 2  # cells x exports
     assert "drift-map.png" in (report / "index.html").read_text()

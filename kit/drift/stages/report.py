@@ -8,10 +8,8 @@ from typing import Any
 
 from kit.claims.ledger import load_ledger
 from kit.drift import report
-from kit.drift.evidence import read_table, table_name
-from kit.files import read_json, sha256, write_atomic
+from kit.files import read_json, sha256
 from kit.paths import ROOT
-from kit.reporting import csv_text, markdown
 from kit.runfolder import TIMINGS, Run
 from kit.runtime.docker import MANIFEST as IMAGES_MANIFEST
 from kit.runtime.machine import fingerprint
@@ -47,22 +45,5 @@ def provenance(run: Run) -> dict[str, Any]:
 
 def run_report(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
     del protocol
-    score_record = run.record("score")
-    load = {name: read_json(run.listed(name, run.record(name)["summary"]["path"],
-                                       "summary.path"),
-                            f"delete {run.stage(name)} and rerun the {name} stage")
-            for name in ("score", "bootstrap", "sensitivity")}
-    found = report.tables(load["score"], load["bootstrap"], load["sensitivity"])
-    out = run.root / "report"
-    for name, (header, rows) in found.items():
-        write_atomic(out / f"{name}.md", markdown(header, rows).encode())
-        write_atomic(out / f"{name}.csv", csv_text(header, rows).encode())
-    name = table_name("cand", score_record["primary_condition"])
-    table = read_table(run.listed("score", score_record["tables"][name]["path"],
-                                  f"tables.{name}.path"),
-                       score_record["tables"][name])
-    paper = report.paper_values(load_ledger(LEDGER))
-    figures = report.figures(out, load["score"], load["bootstrap"], load["sensitivity"], table,
-                             paper)
-    write_atomic(out / "index.html", report.page(found, figures, provenance(run)).encode())
-    return {"tables": sorted(found), "figures": figures, "page": "report/index.html"}
+    return report.write_report(run, run.root / "report", report.paper_values(load_ledger(LEDGER)),
+                               provenance(run))

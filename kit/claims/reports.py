@@ -1,0 +1,150 @@
+"""Every study's report rendered from the shipped evidence under ``claims/``
+(``python -m kit reports --out DIR``, ``nox -s reports``), in the reviewer's environment
+(``.venv-verify``: numpy, scipy, scikit-learn, pyyaml, jsonschema and matplotlib; no onnx,
+no torch):
+
+    DIR/drift/       the drift paper's Tables 1-4 and figures (claims/drift/evidence/digits)
+    DIR/sciml/       the SciML report (claims/sciml/evidence/kit)
+    DIR/sweep/       the real-drift sweep's drift map and alarm table
+                     (claims/realdrift/evidence/digits)
+    DIR/corpus/      the real-defect corpus (claims/corpus/evidence/kit)
+    DIR/detectors/   the corpus's detector study (claims/corpus/evidence/detectors)
+    DIR/index.html   a page linking them
+
+Each report is the one its study writes after a run, drawn by the same function. The
+whole folder is written beside ``DIR`` under a temporary name and renamed into place
+once every report is written, so a failure (a missing evidence folder, a missing module)
+leaves no half-written ``DIR``; an existing ``DIR`` is replaced only when it is empty or an
+earlier ``reports`` output (it holds ``REPORTS_MARK``).
+"""
+
+from __future__ import annotations
+
+import html
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kit.claims.ship import _replace as replace_folder
+from kit.errors import KitError
+from kit.files import read_json, sha256, write_atomic
+from kit.paths import ROOT
+from kit.reporting import STYLE, pyplot
+
+REPORTS_MARK = ".kit-reports"  # written into DIR: an earlier output that may be replaced
+
+
+@dataclass(frozen=True)
+class Report:
+    """One report: its folder under DIR, what it shows, and the shipped evidence it reads."""
+
+    name: str
+    title: str
+    evidence: str  # relative to the checkout
+    render: Callable[[Path, Path], Path]  # (evidence, out) -> the page
+
+
+def _drift(evidence: Path, out: Path) -> Path:
+    from kit.claims.ledger import load_ledger
+    from kit.drift import report
+    from kit.runfolder import Run
+
+    run = Run(evidence)
+    provenance = {"evidence": evidence.relative_to(ROOT),
+                  "substrate": run.record("fetch")["substrate"],
+                  "run manifest sha256": sha256(evidence / "run-manifest.json")}
+    if (evidence / "machine.json").is_file():
+        provenance.update({f"machine {k}": v for k, v in
+                           read_json(evidence / "machine.json").items()})
+    report.write_report(run, out, report.paper_values(load_ledger(ROOT / "claims" /
+                                                                  "drift.yaml")), provenance)
+    return out / "index.html"
+
+
+def _sciml(evidence: Path, out: Path) -> Path:
+    from kit.sciml.report import write_report
+
+    return write_report(evidence, out)
+
+
+def _sweep(evidence: Path, out: Path) -> Path:
+    from kit.drift.sweep_report import write_report
+
+    return write_report(evidence, out)
+
+
+def _corpus(evidence: Path, out: Path) -> Path:
+    from kit.corpus.report import write_report
+
+    return write_report(evidence, out)
+
+
+def _detectors(evidence: Path, out: Path) -> Path:
+    from kit.corpus.detector_report import write_detector_report
+
+    return write_detector_report(evidence, out)
+
+
+REPORTS = (
+    Report("drift", "Drift study: the paper's Tables 1-4, detection, localisation and "
+           "rotation figures (digits substrate)", "claims/drift/evidence/digits", _drift),
+    Report("sciml", "SciML study: verdicts, the admissibility gate, the fault catalogue and "
+           "the operator floor", "claims/sciml/evidence/kit", _sciml),
+    Report("sweep", "Real-drift sweep: the drift map across onnxruntime releases and "
+           "optimisation levels, clean alarm rates", "claims/realdrift/evidence/digits", _sweep),
+    Report("corpus", "Real-defect corpus: named onnxruntime CPU defects under every release",
+           "claims/corpus/evidence/kit", _corpus),
+    Report("detectors", "The corpus's detector study: real defects in the digits models at "
+           "matched FPR", "claims/corpus/evidence/detectors", _detectors),
+)
+
+
+def _check_target(out: Path) -> None:
+    claims = (ROOT / "claims").resolve()
+    if out.resolve().is_relative_to(claims):
+        raise KitError(f"{out}: reports are never written under {claims} (verify accounts "
+                       "for every file there); name another folder with --out")
+    if out.exists() and (not out.is_dir() or out.is_symlink()):
+        raise KitError(f"{out}: not a folder; name another folder with --out")
+    if out.is_dir() and any(out.iterdir()) and not (out / REPORTS_MARK).is_file():
+        raise KitError(f"{out}: holds files that are not an earlier `python -m kit reports` "
+                       "output; name an empty or new folder with --out")
+
+
+def index_page(pages: dict[Report, Path], out: Path) -> str:
+    """The page linking every report (relative links)."""
+    items = "".join(f"<li><a href='{html.escape(page.relative_to(out).as_posix())}'>"
+                    f"{html.escape(report.title)}</a> <small>from <code>"
+                    f"{html.escape(report.evidence)}</code></small></li>"
+                    for report, page in pages.items())
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Reports from the "
+            f"shipped evidence</title><style>{STYLE}</style></head><body><h1>Reports from "
+            f"the shipped evidence</h1><p>Each report is drawn from the evidence under "
+            f"<code>claims/</code> that <code>python -m kit verify</code> checks; the "
+            f"paper's values, where a figure shows them, are read from the claim ledgers."
+            f"</p><ul>{items}</ul></body></html>\n")
+
+
+def write_reports(out: Path) -> Path:
+    """Render every report of ``REPORTS`` into ``out`` (replaced whole, or not at all);
+    returns ``out / "index.html"``."""
+    _check_target(out)
+    missing = [r.evidence for r in REPORTS if not (ROOT / r.evidence).is_dir()]
+    if missing:
+        raise KitError(f"{', '.join(missing)}: missing; the reports read the shipped evidence "
+                       "of a complete checkout (git checkout -- claims)")
+    pyplot()  # matplotlib first: a missing module fails before any folder is made
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        pages = {r: r.render(ROOT / r.evidence, staging / r.name) for r in REPORTS}
+        write_atomic(staging / "index.html", index_page(pages, staging).encode())
+        write_atomic(staging / REPORTS_MARK, b"written by python -m kit reports\n")
+        staging.chmod(0o755)
+        replace_folder(staging, out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return out / "index.html"

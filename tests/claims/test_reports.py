@@ -1,0 +1,233 @@
+"""Every study's report from the shipped evidence (``python -m kit reports``): written in the
+reviewer's environment (``.venv-verify`` when it is built from the current lock, else this
+Python) with onnx, onnxruntime and torch unimportable; each page links only files that
+exist and every figure it draws; headings say what they show; the drift map is labelled
+and marked; long tables are folded below their figure; the paper's values are drawn from
+the ledgers; a failure leaves no folder behind.
+
+Also covers ``kit.reporting`` (the page, its sections and the fold)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kit.claims import reports
+from kit.claims.ledger import load_ledger
+from kit.errors import KitError
+from kit.paths import ROOT
+from kit.reporting import FOLD_ROWS, PageFigure, PageTable, html_page
+from kit.runtime import venvs
+
+NAMES = {"drift", "sciml", "sweep", "corpus", "detectors"}
+BLOCKED = ("torch", "onnx", "onnxruntime")
+
+
+# Run first in the child: importing a blocked module (or a submodule) fails as if it were
+# not installed.
+BLOCKER = """import sys
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+sys.meta_path.insert(0, Blocked())
+"""
+
+
+def _python() -> str:
+    current = venvs.is_current(venvs.VERIFY_VENV, venvs.VERIFY_LOCK, ROOT)
+    return str(venvs.venv_python(venvs.VERIFY_VENV)) if current else sys.executable
+
+
+def _run(out: Path, blocked: tuple[str, ...] = BLOCKED) -> subprocess.CompletedProcess[str]:
+    code = BLOCKER.format(blocked=blocked) + (
+        f"from kit.__main__ import main\nsys.exit(main(['reports', '--out', {str(out)!r}]))\n")
+    return subprocess.run([_python(), "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300, check=False)
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("reports") / "out"
+    proc = _run(out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(out / "index.html")
+    return out
+
+
+def _pages(out: Path) -> list[Path]:
+    return sorted(out.rglob("*.html"))
+
+
+def test_every_report_is_written_with_its_figures(rendered: Path) -> None:
+    assert {p.name for p in rendered.iterdir() if p.is_dir()} == NAMES
+    assert len(_pages(rendered)) == 1 + len(NAMES)
+    for folder in (rendered / name for name in NAMES):
+        pngs = sorted(folder.glob("*.png"))
+        assert pngs, folder
+        for png in pngs:
+            data = png.read_bytes()
+            assert data[:8] == b"\x89PNG\r\n\x1a\n", png
+            assert len(data) > 10_000, png
+        page = next(folder.glob("*.html")).read_text()
+        assert set(re.findall(r"<img src='([^']+)'", page)) == {p.name for p in pngs}
+
+
+def test_every_link_leads_to_a_file_that_exists(rendered: Path) -> None:
+    links = 0
+    for page in _pages(rendered):
+        for target in re.findall(r"(?:src|href)='([^']+)'", page.read_text()):
+            assert not re.match(r"[a-z]+:", target), (page, target)  # nothing outside
+            assert (page.parent / target).is_file(), (page, target)
+            links += 1
+    assert links == 5 + 4 + 3 + 1 + 1 + 1  # the index, then each report's figures
+
+
+def test_headings_say_what_they_show(rendered: Path) -> None:
+    for page in _pages(rendered):
+        text = page.read_text()
+        headings = re.findall(r"<h[12]>([^<]*)</h[12]>", text)
+        assert len(headings) >= 1
+        stems = {p.stem for p in page.parent.iterdir()} | {p.name for p in page.parent.iterdir()}
+        for heading in headings:
+            assert heading not in stems, (page, heading)
+            assert not re.fullmatch(r"(table|figure)\d.*|.*\.(png|csv|md)", heading), heading
+        assert "{&#x27;state&#x27;" not in text, page  # no condition printed as a dict
+    drift = (rendered / "drift" / "index.html").read_text()
+    assert "<h2>Table 1: held-out detection per detector" in drift
+
+
+def test_the_sweeps_alarm_table_is_folded_below_the_drift_map(rendered: Path) -> None:
+    text = (rendered / "sweep" / "index.html").read_text()
+    cells = json.loads((ROOT / "claims/realdrift/evidence/digits/sweep/cells.json").read_text())
+    rows = {(r["release"], r["level"], r["threads"], r["export"]) for r in cells["rows"]}
+    assert text.count("<tr><td>") >= len(rows) > FOLD_ROWS
+    assert text.index("<img src='drift-map.png'") < text.index("<details>") \
+        < text.index("<tr><td>1.15.1")
+    assert "graph optimisation levels" in text
+    assert "two-thread" in text
+
+
+def test_the_drift_map_has_axis_titles_and_marks_the_reference_and_the_pair() -> None:
+    from kit.drift import sweep_report
+    from kit.reporting import pyplot
+
+    cells = json.loads((ROOT / "claims/realdrift/evidence/digits/sweep/cells.json").read_text())
+    fig = pyplot().figure()
+    ax = fig.add_subplot()
+    releases = sorted({r["release"] for r in cells["rows"]}, key=sweep_report._key)
+    levels = list(sweep_report.LEVEL_ORDER)
+    rows = [r for r in cells["rows"] if r["model"] == "resnet20" and r["export"] == "folded"]
+    sweep_report._panel(ax, rows, releases, levels)
+    for cell, letter in zip(cells["pair"], "RC", strict=True):
+        sweep_report._mark(ax, releases, levels, cell, letter)
+    marks = {p.get_gid(): p.get_xy() for p in ax.patches}
+    assert marks == {"mark-R": (levels.index("disable_all") - 0.5, releases.index("1.20.1") - 0.5),
+                     "mark-C": (levels.index("enable_all") - 0.5, releases.index("1.29.0") - 0.5)}
+    dots = [c for c in ax.collections if c.get_gid() == "threads"]
+    moved = [r for r in rows if r["threads"] == 2 and r["vs_one_thread"]]
+    assert len(dots) == 1
+    assert len(dots[0].get_offsets()) == len(moved) > 0
+    pyplot().close(fig)
+
+
+def test_the_floor_figure_draws_the_papers_slope_from_the_ledger() -> None:
+    from kit.reporting import pyplot
+    from kit.sciml import report
+
+    ledger = load_ledger(ROOT / "claims" / "sciml.yaml")
+    paper = report.paper_slope(ledger)
+    assert paper["slope"] == next(c["value"] for c in ledger["claims"] if c["id"] == "B-072")
+    floor = json.loads((ROOT / "claims/sciml/evidence/kit/operator_floor.json").read_text())
+    fig = report.floor_figure(floor, paper)
+    (line,) = [ln for ln in fig.axes[0].get_lines() if ln.get_gid() == "paper"]
+    h, y = line.get_xdata(), line.get_ydata()
+    slope = math.log(y[-1] / y[0]) / math.log(h[-1] / h[0])
+    assert slope == pytest.approx(paper["slope"])
+    assert "paper: slope" in line.get_label()
+    pyplot().close(fig)
+
+
+def _tmp_siblings(out: Path) -> list[Path]:
+    return sorted(out.parent.glob(f".{out.name}.*"))
+
+
+def test_a_missing_evidence_folder_is_named_and_nothing_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kit.__main__ import main
+
+    gone = reports.Report("gone", "a study", "claims/nowhere/evidence/x", reports._sciml)
+    monkeypatch.setattr(reports, "REPORTS", (*reports.REPORTS, gone))
+    out = tmp_path / "out"
+    assert main(["reports", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kit: error: claims/nowhere/evidence/x: missing")
+    assert not out.exists()
+    assert _tmp_siblings(out) == []
+
+
+def test_a_failure_midway_leaves_no_folder_and_keeps_an_earlier_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(evidence: Path, out: Path) -> Path:
+        raise KitError(f"{evidence}: broken")
+
+    out = tmp_path / "out"
+    drift, _, _, corpus, _ = reports.REPORTS
+    broken = reports.Report("broken", "a study", "claims/sciml/evidence/kit", fail)
+    monkeypatch.setattr(reports, "REPORTS", (corpus, broken))
+    with pytest.raises(KitError, match="broken"):
+        reports.write_reports(out)
+    assert not out.exists()
+    assert _tmp_siblings(out) == []
+
+    monkeypatch.setattr(reports, "REPORTS", (corpus,))
+    page = reports.write_reports(out)
+    assert (out / "corpus" / "index.html").is_file()
+    assert (out / reports.REPORTS_MARK).is_file()
+    assert "href='corpus/index.html'" in page.read_text()
+    monkeypatch.setattr(reports, "REPORTS", (drift, broken))
+    with pytest.raises(KitError, match="broken"):
+        reports.write_reports(out)
+    assert (out / "corpus" / "index.html").is_file()
+    assert _tmp_siblings(out) == []
+
+
+def test_a_folder_that_is_not_an_earlier_output_or_under_claims_is_refused(
+        tmp_path: Path) -> None:
+    (tmp_path / "mine.txt").write_text("keep")
+    with pytest.raises(KitError, match="not an earlier `python -m kit reports` output"):
+        reports.write_reports(tmp_path)
+    assert (tmp_path / "mine.txt").read_text() == "keep"
+    with pytest.raises(KitError, match="never written under"):
+        reports.write_reports(ROOT / "claims" / "reports")
+
+
+def test_a_missing_matplotlib_is_a_kit_error_naming_the_environment(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = _run(out, (*BLOCKED, "matplotlib"))
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("kit: error: python -m kit reports needs the module "
+                                  "'matplotlib'")
+    assert "python3 -m kit.runtime.venvs verify" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+    assert _tmp_siblings(out) == []
+
+
+def test_a_page_folds_a_long_table_and_heads_each_section() -> None:
+    short = PageTable("Short", ["a"], [["1"]])
+    long = PageTable("Long", ["a"], [[str(i)] for i in range(FOLD_ROWS + 1)], note="why")
+    text = html_page("t", "Heading", {"k": "v"}, [PageFigure("A figure", "f.png"), short, long])
+    assert text.count("<details>") == 1
+    assert text.index("<h2>Short</h2>") < text.index("<h2>Long</h2>") < text.index("<details>")
+    assert f"show the {FOLD_ROWS + 1} rows" in text
+    assert "<p class='note'>why</p>" in text
+    assert text.index("<img src='f.png' alt='A figure'>") < text.index("<h2>Short</h2>")
+    assert text.index("<h2>Provenance</h2>") > text.index("</details>")
