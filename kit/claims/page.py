@@ -29,6 +29,7 @@ from kit.claims.page_style import (
     STATUSES,
     STUDY_ORDER,
     STUDY_TITLES,
+    TABLE_COLUMNS,
     UNKNOWN,
 )
 from kit.files import write_atomic
@@ -252,24 +253,38 @@ def _rows(claims: list[dict[str, Any]], page_dir: Path, root: Path) -> str:
             + "".join(_row(c, page_dir, root) for c in claims) + "</table>")
 
 
+def _claim_number(claim: str) -> tuple[str, int, str]:
+    prefix, _, rest = claim.partition("-")
+    digits = "".join(ch for ch in rest if ch.isdigit())
+    return prefix, int(digits or 0), rest
+
+
 def _table(name: str, claims: list[dict[str, Any]]) -> str:
-    """One printed table in the paper's rows and columns: in each cell the paper's number
-    and, per substrate, the kit's with its status."""
-    rows = _ordered(c["cell"]["row"] for c in claims)
-    columns = _ordered(c["cell"]["column"] for c in claims)
+    """One printed table in the paper's rows and columns (rows in the inventory's order, which
+    is the paper's; columns as ``TABLE_COLUMNS`` lists them): in each cell every claim's
+    printed number and, per substrate, the kit's with its status."""
+    first = {}
+    for c in sorted(claims, key=lambda c: _claim_number(c["claim"])):
+        first.setdefault(c["cell"]["row"], c["claim"])
+    order = TABLE_COLUMNS.get(name, ())
+    found = _ordered(c["cell"]["column"] for c in claims)
+    columns = [c for c in order if c in found] + [c for c in found if c not in order]
     parts = [f"<h4>{_e(name)}, in the paper's layout</h4><table><tr><th></th>"
              + "".join(f"<th>{_e(col)}</th>" for col in columns) + "</tr>"]
-    for row in rows:
-        parts.append(f"<tr><th>{_e(row)}</th>")
+    for row in first:
+        cells = []
         for column in columns:
-            here = [c for c in claims if c["cell"]["row"] == row and c["cell"]["column"] == column]
-            entries = [f'<div class="note">{_e(here[0]["claim"])}: paper '
-                       f'{_e(here[0].get("published", ""))}</div>'] if here else []
-            entries += [f'<div {_attrs(c)}><span class="entry">{_e(c["substrate"])}: '
-                        f"{kit_number(c)} {_badge(c.get('status', ''))}</span></div>"
-                        for c in here]
-            parts.append(f'<td class="cell">{"".join(entries)}</td>')
-        parts.append("</tr>")
+            here = [c for c in claims if (c["cell"]["row"], c["cell"]["column"]) == (row, column)]
+            entries = []
+            for claim in _ordered(c["claim"] for c in here):
+                mine = [c for c in here if c["claim"] == claim]
+                entries.append(f'<div class="note">{_e(claim)}: paper '
+                               f'{_e(mine[0].get("published", ""))}</div>')
+                entries += [f'<div {_attrs(c)}><span class="entry">{_e(c["substrate"])}: '
+                            f"{kit_number(c)} {_badge(c.get('status', ''))}</span></div>"
+                            for c in mine]
+            cells.append(f'<td class="cell">{"".join(entries)}</td>')
+        parts.append(f"<tr><th>{_e(row)}</th>{''.join(cells)}</tr>")
     parts.append("</table>")
     return "".join(parts)
 

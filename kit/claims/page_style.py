@@ -50,6 +50,15 @@ SECTION_ORDER = {
               "Section 5.10", "Sections 6-8", "Appendix A", "Beyond the paper"),
 }
 
+# A printed table's columns in the paper's order (its other columns follow as they appear).
+TABLE_COLUMNS = {
+    "Table 1": ("TPR", "FPR", "AUROC", "AUPRC"),
+    "Table 4": ("Metamorphic TPR", "Direct TPR", "Difference", "Metamorphic FPR"),
+    "Section 5.2 MR-card-to-verdict map": ("MR card", "Rubric decision", "Runtime verdict",
+                                           "Interpretation boundary"),
+    "Summary table after Sec 5.3": ("Component", "Evidence", "Headline result", "Boundary"),
+}
+
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.2em auto;max-width:1400px;padding:0 1em;
 color:#222}

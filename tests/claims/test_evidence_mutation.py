@@ -145,3 +145,20 @@ def test_a_changed_design_count_differs(copy: Path, tmp_path: Path) -> None:
     rehash(copy, folder)
     statuses = verified(copy, tmp_path)
     assert statuses[("A-029", "digits")] == "differs"
+
+
+def test_a_ratio_moved_past_its_threshold_while_still_flagged_detected_changes_b061(
+        copy: Path, tmp_path: Path) -> None:
+    """The record still says the continuity check caught BC_nonzero_wall, but its ratio
+    is moved just under the paper's 1.5: the rule over the paper's named faults sees it
+    (a minimum over the detected mutants would not have)."""
+    assert verified(copy, tmp_path)[("B-061", "kit")] == "direction reproduced"
+    folder = copy / SCIML
+    record = json.loads((folder / "mgn_faults.json").read_text())
+    [trial] = [t for t in record["mutants"]["BC_nonzero_wall"]["trials"]
+               if t["subject"] == 0 and t["seed"] == 0]
+    assert any(trial["detected"].values())
+    trial["conservation"] = 1.49
+    _write_json(folder / "mgn_faults.json", record)
+    rehash(copy, folder)
+    assert verified(copy, tmp_path)[("B-061", "kit")] == "direction reversed"

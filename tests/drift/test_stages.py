@@ -266,7 +266,7 @@ def test_a_stage_that_fails_leaves_no_record_of_an_earlier_finish(
     protocol = tiny_protocol(tmp_path)
     run = Run(tmp_path / "run")
     run.stage("fetch").mkdir(parents=True)
-    (run.stage("fetch") / "fetch.json").write_text('{"substrate": "digits"}')
+    (run.stage("fetch") / "fetch.json").write_text(json.dumps(fetch_record()))
     (run.stage("split")).mkdir()
     (run.stage("split") / "split.json").write_text('{"rows": []}')
 
@@ -344,8 +344,17 @@ def _fetched_run(root: Path) -> Run:
     write_npz(run.stage("fetch") / "dataset.npz",
               {"images": rng.integers(1, 255, (60, 32, 32, 3), dtype=np.uint8),
                "labels": np.arange(60, dtype=np.int64) % 10})
-    run.write_record("fetch", {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]})
+    run.write_record("fetch", fetch_record())
     return run
+
+
+def fetch_record() -> dict[str, object]:
+    """A fetch record as later stages check it (``fetch_record.schema.json``): the
+    substrate, the normalisation and one model."""
+    return {"substrate": "digits", "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25],
+            "models": {"resnet20": {"onnx": "models/resnet20.onnx", "onnx_sha256": "0" * 64,
+                                    "sketch_onnx": "models/resnet20.sketch.onnx",
+                                    "sketch_outputs": 21}}}
 
 
 def test_the_protocol_s_rotation_fill_reaches_the_split_images(tmp_path: Path) -> None:
