@@ -263,7 +263,7 @@ def _table(name: str, claims: list[dict[str, Any]]) -> str:
     """One printed table in the paper's rows and columns (rows in the inventory's order, which
     is the paper's; columns as ``TABLE_COLUMNS`` lists them): in each cell every claim's
     printed number and, per substrate, the kit's with its status."""
-    first = {}
+    first: dict[str, str] = {}
     for c in sorted(claims, key=lambda c: _claim_number(c["claim"])):
         first.setdefault(c["cell"]["row"], c["claim"])
     order = TABLE_COLUMNS.get(name, ())
