@@ -224,8 +224,10 @@ def _status_cell(claim: dict[str, Any]) -> str:
     note = claim.get("note") or ""
     sources = "".join(f'<div class="note">threshold from {_e(t)}</div>'
                       for t in claim.get("thresholds") or [])
+    why = "why" if claim.get("status") == "not run here" else "the rule's reason"
     return (_badge(claim.get("status", "")) + sources
-            + (f'<div class="note">{_e(note)}</div>' if note else ""))
+            + (f'<details class="note"><summary>{why}</summary>{_e(note)}</details>'
+               if note else ""))
 
 
 COLUMNS = ("claim", "statement", "substrate", "paper printed", "kit", "rule", "status",
@@ -280,8 +282,9 @@ def _table(name: str, claims: list[dict[str, Any]]) -> str:
                 mine = [c for c in here if c["claim"] == claim]
                 entries.append(f'<div class="note">{_e(claim)}: paper '
                                f'{_e(mine[0].get("published", ""))}</div>')
-                entries += [f'<div {_attrs(c)}><span class="entry">{_e(c["substrate"])}: '
-                            f"{kit_number(c)} {_badge(c.get('status', ''))}</span></div>"
+                entries += [f'<div {_attrs(c)}><span class="entry">'
+                            f'{_e(c["substrate"] if c["substrate"] != "-" else "no substrate")}'
+                            f": {kit_number(c)} {_badge(c.get('status', ''))}</span></div>"
                             for c in mine]
             cells.append(f'<td class="cell">{"".join(entries)}</td>')
         parts.append(f"<tr><th>{_e(row)}</th>{''.join(cells)}</tr>")
