@@ -60,9 +60,15 @@ def save_png(fig: Any, path: Path) -> None:
     pyplot().close(fig)
 
 
+# Run at the end of every page: marks the body for the browser test (``data-overflow``,
+# whether the page is wider than the window; ``data-ready``, that the page's script ran).
+MEASURE = ("<script>var d=document.documentElement;document.body.dataset.overflow="
+           "d.scrollWidth>d.clientWidth?'yes':'no';document.body.dataset.ready='yes';"
+           "</script>")
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 8px}"
-         "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;"
-         "padding:3px 8px;font-size:13px}img{max-width:100%}p.note{color:#444}"
+         "table{border-collapse:collapse;margin:1em 0;max-width:100%}td,th{border:1px solid "
+         "#ccc;padding:3px 6px;font-size:13px;overflow-wrap:anywhere;word-break:break-word}"
+         "img{max-width:100%}p.note{color:#444}code{overflow-wrap:anywhere}"
          "summary{cursor:pointer;margin:.5em 0}")
 # A table longer than this is folded (``<details>``), so the figures stay in view.
 FOLD_ROWS = 25
@@ -120,4 +126,4 @@ def html_page(title: str, heading: str, provenance: dict[str, Any],
     for key, value in provenance.items():
         parts.append(f"<tr><th>{html.escape(key)}</th><td><code>{html.escape(str(value))}"
                      "</code></td></tr>")
-    return "\n".join([*parts, "</table></body></html>"]) + "\n"
+    return "\n".join([*parts, f"</table>{MEASURE}</body></html>"]) + "\n"

@@ -31,7 +31,7 @@ from kit.claims.ship import _replace as replace_folder
 from kit.errors import KitError
 from kit.files import read_json, sha256, write_atomic
 from kit.paths import ROOT
-from kit.reporting import STYLE, pyplot
+from kit.reporting import MEASURE, STYLE, pyplot
 
 REPORTS_MARK = ".kit-reports"  # written into DIR: an earlier output that may be replaced
 
@@ -124,7 +124,7 @@ def index_page(pages: dict[Report, Path], out: Path) -> str:
             f"the shipped evidence</h1><p>Each report is drawn from the evidence under "
             f"<code>claims/</code> that <code>python -m kit verify</code> checks; the "
             f"paper's values, where a figure shows them, are read from the claim ledgers."
-            f"</p><ul>{items}</ul></body></html>\n")
+            f"</p><ul>{items}</ul>{MEASURE}</body></html>\n")
 
 
 def write_reports(out: Path) -> Path:

@@ -6,16 +6,15 @@ Also covers ``kit.claims.page`` and ``kit.claims.page_style`` (no test files of 
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kit.claims.page import STATUSES, effect_text, kit_number, write_page
+from tests.browser import chromium_path as _chromium
+from tests.browser import headless as _headless
 
 ROOT_DIGEST = "ab" * 32
 
@@ -173,24 +172,6 @@ def test_effect_text() -> None:
     assert effect_text({"paper": 0.5, "kit": 0.25, "ratio": None}) == "0.25 vs 0.5"
     assert effect_text({"paper": -7.2716, "kit": -52.25, "ratio": 7.185}) == \
         "-52.25 vs -7.272 (ratio 7.185x)"
-
-
-def _chromium() -> str:
-    found = shutil.which("chromium")
-    if found is None:
-        if os.environ.get("KIT_REQUIRE_CHROMIUM") == "1":
-            pytest.fail("KIT_REQUIRE_CHROMIUM=1 but chromium is not on PATH "
-                        "(bash tools/install-host.sh installs it)")
-        pytest.skip("chromium is not on PATH (bash tools/install-host.sh installs it)")
-    return found
-
-
-def _headless(chromium: str, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    home.mkdir(exist_ok=True)
-    command = [chromium, "--headless", "--no-sandbox", "--disable-gpu",
-               "--no-first-run", f"--user-data-dir={home / 'profile'}", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=True,
-                          env={**os.environ, "HOME": str(home)})
 
 
 def test_chromium_loads_the_shipped_claims_page_at_two_widths(tmp_path: Path) -> None:

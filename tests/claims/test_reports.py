@@ -231,3 +231,18 @@ def test_a_page_folds_a_long_table_and_heads_each_section() -> None:
     assert "<p class='note'>why</p>" in text
     assert text.index("<img src='f.png' alt='A figure'>") < text.index("<h2>Short</h2>")
     assert text.index("<h2>Provenance</h2>") > text.index("</details>")
+
+
+def test_chromium_loads_every_report_at_two_widths(rendered: Path, tmp_path: Path) -> None:
+    """Each report page in headless Chromium at 1,024 and 1,400 px: its closing script
+    runs (no error before it) and nothing overflows horizontally."""
+    from tests.browser import chromium_path, headless
+
+    chromium = chromium_path()
+    pages = _pages(rendered)
+    assert len(pages) == 6
+    for page in pages:
+        for width in (1024, 1400):
+            dom = headless(chromium, tmp_path / f"home-{width}", f"--window-size={width},900",
+                           "--dump-dom", page.as_uri()).stdout
+            assert '<body data-overflow="no" data-ready="yes">' in dom, (page, width)
