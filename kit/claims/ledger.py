@@ -129,6 +129,7 @@ def _specs(claim: dict[str, Any]) -> list[dict[str, Any]]:
                      *rule.get("parts", ())):
             found += [part[k] for k in ("than", "interval", "compute", "requires")
                       if k in part]
+            found += list(part.get("shows", ()))
     return found
 
 
@@ -266,6 +267,9 @@ def _decide_claim(claim: dict[str, Any], rule: dict[str, Any], evidence: Any, pa
         halves.append(part_verdict)
         words += f"; {part_words} [{part_verdict}]"
     verdict = weakest(halves)
+    if "shows" in rule:  # the quantities a hypothesis's boolean was decided on
+        words += "; decided on " + ", ".join(f"{_name(spec)} = {_show(call(spec, evidence))}"
+                                             for spec in rule["shows"])
     if "revised" in rule:
         words += "; " + _revised(rule["revised"], claim, evidence)
     kit_value = value if "compute" not in rule else call(claim["compute"], evidence)

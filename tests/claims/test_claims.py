@@ -390,3 +390,11 @@ def test_claims_failing_on_one_unreadable_file_are_named_together(tmp_path: Path
     assert "A-001" in {o.claim for o in decided}
     assert len(decided) + int(count) == sum("digits" in c.get("rules", {})
                                             for c in ledger["claims"])
+
+
+def test_a_hypothesis_row_shows_the_quantities_it_was_decided_on() -> None:
+    ledger = load_ledger(ROOT / "claims" / "corpus.yaml")
+    found = {o.claim: o for o in evaluate(ledger, ROOT)}
+    assert "decided on corpus.rate(stat=reproduced, rule_version=1) = 10, " \
+        "corpus.rate(stat=listed, rule_version=1) = 11" in found["C-001"].rule
+    assert "corpus.pooled_rate(detector=metamorphic, rate=tpr) = " in found["C-029"].rule
