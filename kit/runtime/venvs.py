@@ -31,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -147,7 +148,9 @@ def _build(path: Path, lock: Path, editable: Path | None, python: str,
             f"{path} does not match {lock} (no or another stamp), and this process runs "
             f"from it, so it cannot rebuild itself; from outside it run "
             f"`python3 -m kit.runtime.venvs {_NAMES.get(path, path)}`")
+    started = time.monotonic()
     shutil.rmtree(path, ignore_errors=True)
+    progress(f"building {path} from {lock}: creating the environment")
     _run([python, "-m", "venv", str(path)], f"creating {path}")
     pip = [str(venv_python(path)), "-m", "pip", "install", "--quiet",
            "--disable-pip-version-check", "--no-input",
@@ -155,6 +158,9 @@ def _build(path: Path, lock: Path, editable: Path | None, python: str,
     rest, later = split_lock(lock, BUILT_AGAINST_TORCH)
     requirements = path / "kit-requirements.txt"
     requirements.write_text(rest)
+    count = len(re.findall(r"^[A-Za-z0-9_.-]+==", rest, re.M))
+    progress(f"building {path}: installing {count} hash-checked packages "
+             f"({time.monotonic() - started:.0f} s so far)")
     _run([*pip, "--require-hashes", "--no-deps", "--only-binary", ":all:",
           "--no-binary", ",".join(SOURCE_ONLY), "-r", str(requirements)],
          f"installing {lock} into {path}")
@@ -168,7 +174,13 @@ def _build(path: Path, lock: Path, editable: Path | None, python: str,
         _run([*pip, "--no-deps", "--no-build-isolation", "-e", str(editable)],
              f"installing {editable} (editable) into {path}")
     (path / STAMP).write_text(_stamp_value(lock, editable))
+    progress(f"built {path} in {time.monotonic() - started:.0f} s")
     return venv_python(path)
+
+
+def progress(line: str) -> None:
+    """One progress line on stderr (stdout carries only the interpreter's path)."""
+    print(f"venvs: {line}", file=sys.stderr, flush=True)
 
 
 def ensure_tools() -> Path:

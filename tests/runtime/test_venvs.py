@@ -55,12 +55,18 @@ def test_environment_is_current_only_for_its_own_lock(tmp_path: Path) -> None:
     assert not venvs.is_current(env, lock)
 
 
-def test_a_hash_mismatch_fails_the_install_and_leaves_no_stamp(tmp_path: Path) -> None:
+def test_a_hash_mismatch_fails_the_install_and_leaves_no_stamp(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lock = _lock(tmp_path / "bad.lock", f"six==1.16.0 --hash=sha256:{HASH}\n")
     env = tmp_path / "env"
     with pytest.raises(EnvironmentFailed, match=r"installing .*bad\.lock"):
         venvs.ensure_venv(env, lock)
     assert not (env / venvs.STAMP).exists()
+    # the build says what it is doing while it runs (stderr; stdout stays the path)
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert f"venvs: building {env} from {lock}: creating the environment\n" in said.err
+    assert f"venvs: building {env}: installing 1 hash-checked packages (" in said.err
 
 
 def test_an_environment_never_rebuilds_itself(tmp_path: Path,
