@@ -8,10 +8,12 @@ fault catalogue's detection matrix, the MeshGraphNet sweeps (double scale, zero-
 fraction), the second task's measurements and the operator floor's resolutions.
 
 Figures: the operator floor on log-log axes (measured error, the closed-form remainder,
-the a-priori bound and the fitted slope); the two-axis verdict reading, V / tolerance
-against the domain score D, one marker per verdict type; the entry x detector detection
-heatmap of the unified catalogue. Nothing here computes a result the claims rest on; the
-report folder is outside the run manifest.
+the a-priori bound and the fitted slope, the paper's slope beside); the two-axis verdict
+reading, V / tolerance against the domain score D, one marker per verdict type, the paper's
+Figure 3 points beside; the entry x detector detection heatmap of the unified catalogue,
+the labelled detectors' precision/recall beside the paper's. The paper's values are read
+from claims/sciml.yaml by claim id at runtime. Nothing here computes a result the claims
+rest on; the report folder is outside the run manifest.
 """
 
 from __future__ import annotations
@@ -179,7 +181,74 @@ def floor_figure(floor: dict[str, Any], paper: dict[str, float] | None = None) -
                      "Operator floor against mesh size")
 
 
-def verdict_figure(ledger: dict[str, Any]) -> Any:
+# The paper's Figure 3 points the verdict reading marks, as (name, V claim, divisor claim,
+# D claim): V / tolerance is the V claim over the divisor (the paper's exact-relation
+# tolerance, which its caption and Sec 5.3 give P1 too) or, with no divisor, the V claim
+# as printed (P4's V/floor). Read by id at runtime: no published number is written here.
+PAPER_POINTS = (("P1 node permutation", "B-016", "B-012", "B-004"),
+                ("P3 exact mirror-y", "B-021", "B-012", "B-003"),
+                ("P4 mirror-y OOD (V/floor)", "B-041", None, "B-002"))
+# The detectors whose precision/recall the paper prints, beside the catalogue's heatmap.
+PAPER_PR = {"permutation": "B-076", "conservation": "B-077"}
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def _claim(ledger: dict[str, Any], claim_id: str) -> dict[str, Any]:
+    found = [c for c in ledger["claims"] if c["id"] == claim_id]
+    if not found:
+        raise KitError(f"claims/sciml.yaml: no claim {claim_id} (a paper value the SciML "
+                       "report draws)")
+    return dict(found[0])
+
+
+def paper_number(ledger: dict[str, Any], claim_id: str) -> float:
+    """A claim's published number: its ``value`` or, where the ledger holds only the
+    paper's text, the last number printed in ``published`` (``rel L2 1.10`` -> 1.1)."""
+    claim = _claim(ledger, claim_id)
+    value = claim.get("value")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    printed = _NUMBER.findall(str(claim.get("published", "")))
+    if value is not None or not printed:
+        raise KitError(f"claims/sciml.yaml: claim {claim_id} needs a numeric value or a "
+                       f"printed number, has value {value!r}, published "
+                       f"{claim.get('published')!r}")
+    return float(printed[-1])
+
+
+def paper_points(ledger: dict[str, Any]) -> list[dict[str, Any]]:
+    """The paper's Figure 3 points (``PAPER_POINTS``) on the verdict reading's axes."""
+    points = []
+    for name, v_id, divisor, d_id in PAPER_POINTS:
+        ratio = paper_number(ledger, v_id)
+        if divisor is not None:
+            ratio /= paper_number(ledger, divisor)
+        points.append({"name": name, "claim": v_id, "domain": paper_number(ledger, d_id),
+                       "ratio": ratio})
+    return points
+
+
+def paper_pr(ledger: dict[str, Any]) -> dict[str, tuple[float, float, str]]:
+    """The paper's (precision, recall, claim id) per detector of ``PAPER_PR``: a claim's
+    value is the pair, or the precision with the recall as its part labelled ``recall``."""
+    found = {}
+    for detector, claim_id in PAPER_PR.items():
+        claim = _claim(ledger, claim_id)
+        value = claim.get("value")
+        parts = claim.get("rules", {}).get("kit", {}).get("parts", [])
+        recall = [p.get("value") for p in parts if p.get("label") == "recall"]
+        pair = value if isinstance(value, list) else [value, *recall[:1]]
+        if len(pair) != 2 or not all(isinstance(x, int | float) and not isinstance(x, bool)
+                                     for x in pair):
+            raise KitError(f"claims/sciml.yaml: claim {claim_id} needs a precision and a "
+                           f"recall, has {value!r} and recall parts {recall!r}")
+        found[detector] = (float(pair[0]), float(pair[1]), claim_id)
+    return found
+
+
+def verdict_figure(ledger: dict[str, Any], paper: list[dict[str, Any]] | None = None) -> Any:
+    """V / tolerance against D per measured verdict; with ``paper``, the paper's Figure 3
+    points as black stars labelled with their claims."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     by_kind: dict[str, list[tuple[float, float]]] = {}
@@ -192,24 +261,45 @@ def verdict_figure(ledger: dict[str, Any]) -> Any:
         d, r = zip(*points, strict=True)
         ax.scatter(d, np.minimum(r, 1e12), marker=MARKERS.get(kind, "."), gid=kind,
                    label=f"{kind} ({len(points)})", alpha=0.6)
+    if paper:
+        ax.scatter([p["domain"] for p in paper], [p["ratio"] for p in paper], marker="*",
+                   s=220, color="black", gid="paper", zorder=5,
+                   label="paper's Figure 3 (" + ", ".join(p["claim"] for p in paper) + ")")
+        for p in paper:  # the label below a high star, above a low one
+            high = p["ratio"] > 1
+            ax.annotate(f"paper {p['name']}: {p['ratio']:.3g}", (p["domain"], p["ratio"]),
+                        xytext=(9, -3 if high else 3), textcoords="offset points",
+                        fontsize=7, va="top" if high else "bottom")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_yscale("symlog", linthresh=LINEAR_BELOW)
     ax.set_ylim(bottom=0)  # V and the tolerance are both non-negative
-    return _labelled(fig, ax, "domain score D", "V / tolerance (symlog)",
-                     "Two-axis verdict reading")
+    _labelled(fig, ax, "domain score D", "V / tolerance (symlog)",
+              "Two-axis verdict reading (stars: the paper's values)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.6, 0.88))  # clear of the stars
+    return fig
 
 
-def heatmap_figure(unified: dict[str, Any]) -> Any:
+def heatmap_figure(unified: dict[str, Any],
+                   paper: dict[str, tuple[float, float, str]] | None = None) -> Any:
+    """Detected / trials per entry and detector; with ``paper``, each labelled detector's
+    precision/recall, the kit's beside the paper's, under the map."""
     plt = pyplot()
     entries = unified["entries"]
     detectors = sorted({d for e in entries for d in e["detections"]})
     rates = np.array([[e["detections"][d] / trials(e) if d in e["detections"] else np.nan
                        for d in detectors] for e in entries])
-    fig, ax = plt.subplots(figsize=(6, 0.18 * len(entries) + 1.8))
+    fig, ax = plt.subplots(figsize=(6, 0.18 * len(entries) + 2.4))
     image = ax.imshow(rates, aspect="auto", vmin=0, vmax=1, cmap="viridis", gid="rates")
     ax.set_xticks(range(len(detectors)), detectors, rotation=30, ha="right")
     ax.set_yticks(range(len(entries)), [e["name"] for e in entries], fontsize=6)
     ax.set_title("Detection rate per catalogue entry\n(blank: the detector does not apply)")
+    if paper:
+        labelled = unified.get("labelled", {})
+        ax.set_xlabel("precision/recall, kit vs paper:\n" + "\n".join(
+            f"{d}: kit {labelled[d]['precision']['value']:.2f}/"
+            f"{labelled[d]['recall']['value']:.2f}, paper {p:.2f}/{r:.2f} ({cid})"
+            for d, (p, r, cid) in paper.items() if d in labelled), fontsize=8)
+        ax.xaxis.label.set_gid("paper")
     fig.colorbar(image, ax=ax, label="detected / trials")
     fig.tight_layout()
     return fig
@@ -237,10 +327,12 @@ def write_report(evidence: Path, out: Path | None = None) -> Path:
         write_table(out, f"table{number}", header, rows)
     from kit.claims.ledger import load_ledger
 
+    published = load_ledger(LEDGER)  # the claim ledger: the paper's values, by claim id
     figures = {"figure1-operator-floor.png": floor_figure(
-                   records["operator_floor.json"], paper_slope(load_ledger(LEDGER))),
-               "figure2-verdict-reading.png": verdict_figure(ledger),
-               "figure3-detection-heatmap.png": heatmap_figure(records["unified.json"])}
+                   records["operator_floor.json"], paper_slope(published)),
+               "figure2-verdict-reading.png": verdict_figure(ledger, paper_points(published)),
+               "figure3-detection-heatmap.png": heatmap_figure(records["unified.json"],
+                                                               paper_pr(published))}
     for name, fig in figures.items():
         save_png(fig, out / name)
     provenance = {"evidence": evidence, "study": ledger.get("study", ""),
@@ -254,8 +346,10 @@ def write_report(evidence: Path, out: Path | None = None) -> Path:
 
 # The figures' headings, and the table each is drawn beside: (file, heading, after table).
 FIGURES = (("figure2-verdict-reading.png", "Two-axis verdict reading: V / tolerance against "
-            "the domain score D, one marker per verdict", "Verdicts per relation and subject"),
-           ("figure3-detection-heatmap.png", "Detection rate per catalogue entry and detector",
+            "the domain score D, one marker per verdict; black stars: the paper's Figure 3 "
+            "values (P1, P3, P4)", "Verdicts per relation and subject"),
+           ("figure3-detection-heatmap.png", "Detection rate per catalogue entry and detector; "
+            "below it, detector precision/recall beside the paper's",
             "Admissibility gate: each card's decision and conditions"),
            ("figure1-operator-floor.png", "Operator floor against mesh size h, the paper's "
             "slope beside", "Second task: measurements"))

@@ -7,6 +7,7 @@ import json
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -88,3 +89,61 @@ def test_the_report_refuses_claims_and_names_a_missing_record(tmp_path: Path) ->
     with pytest.raises(KitError, match=r"unified\.json: missing"):
         report.write_report(folder)
     assert not (folder / "report").exists()
+
+
+def _ledger() -> dict[str, Any]:
+    from kit.claims.ledger import load_ledger
+
+    return load_ledger(report.LEDGER)
+
+
+def _by_id(ledger: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in ledger["claims"]}
+
+
+def test_the_verdict_figure_marks_the_papers_figure3_points_from_the_ledger() -> None:
+    ledger, verdicts = _ledger(), json.loads((SHIPPED / "ledger.json").read_text())
+    claims = _by_id(ledger)
+    number = {i: report.paper_number(ledger, i) for i in ("B-016", "B-021", "B-041")}
+    # each number is the one the Figure 3 caption prints for its point (P1, P3, P4)
+    for claim_id, quoted in (("B-016", "V={:g}"), ("B-021", "V={:g}"), ("B-041", "V/floor={:g}")):
+        assert quoted.format(number[claim_id]) in claims[claim_id]["where"]
+    tolerance = report.paper_number(ledger, "B-012")
+    expected = [(claims["B-004"]["value"], number["B-016"] / tolerance),
+                (report.paper_number(ledger, "B-003"), number["B-021"] / tolerance),
+                (claims["B-002"]["value"], number["B-041"])]
+    fig = report.verdict_figure(verdicts, report.paper_points(ledger))
+    (stars,) = [c for c in fig.axes[0].collections if c.get_gid() == "paper"]
+    assert np.allclose(np.asarray(stars.get_offsets()), expected)
+    assert stars.get_label().startswith("paper")
+    assert "B-041" in stars.get_label()
+    assert "paper" in fig.axes[0].get_title()
+    report.pyplot().close(fig)
+
+
+def test_the_paper_points_follow_the_ledger_not_the_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = _ledger()
+    claims = _by_id(ledger)
+    monkeypatch.setitem(claims["B-041"], "published", "median V/floor 7.25")
+    assert report.paper_points(ledger)[-1]["ratio"] == 7.25
+    monkeypatch.setitem(claims["B-041"], "published", "no number")
+    with pytest.raises(KitError, match="B-041"):
+        report.paper_points(ledger)
+
+
+def test_the_heatmap_sets_each_detectors_precision_recall_beside_the_papers() -> None:
+    ledger, unified = _ledger(), json.loads((SHIPPED / "unified.json").read_text())
+    claims = _by_id(ledger)
+    paper = report.paper_pr(ledger)
+    recall = [p["value"] for p in claims["B-077"]["rules"]["kit"]["parts"]
+              if p["label"] == "recall"]
+    assert paper == {"permutation": (*claims["B-076"]["value"], "B-076"),
+                     "conservation": (claims["B-077"]["value"], *recall, "B-077")}
+    fig = report.heatmap_figure(unified, paper)
+    ax = fig.axes[0]
+    assert ax.xaxis.label.get_gid() == "paper"
+    for detector, (p, r, claim_id) in paper.items():
+        kit = unified["labelled"][detector]
+        assert (f"{detector}: kit {kit['precision']['value']:.2f}/{kit['recall']['value']:.2f}, "
+                f"paper {p:.2f}/{r:.2f} ({claim_id})") in ax.get_xlabel()
+    report.pyplot().close(fig)
