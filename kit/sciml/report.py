@@ -203,7 +203,7 @@ def _claim(ledger: dict[str, Any], claim_id: str) -> dict[str, Any]:
 
 def paper_number(ledger: dict[str, Any], claim_id: str) -> float:
     """A claim's published number: its ``value`` or, where the ledger holds only the
-    paper's text, the last number printed in ``published`` (``rel L2 1.10`` -> 1.1)."""
+    paper's text, the last number printed in ``published`` (``rel L2 <x>`` gives x)."""
     claim = _claim(ledger, claim_id)
     value = claim.get("value")
     if isinstance(value, int | float) and not isinstance(value, bool):
