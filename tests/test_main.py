@@ -101,3 +101,22 @@ def test_verify_one_claim_prints_that_claim_alone_after_the_summary(tmp_path: Pa
     wrong = kit("verify", "--claim", "A-999", "--page", page)
     assert wrong.returncode == 2
     assert wrong.stderr.startswith("kit: error: verify: no claim A-999 in the ledgers")
+
+
+def test_a_selection_of_a_study_whose_ledger_did_not_load_names_why(tmp_path: Path) -> None:
+    """``verify --study realdrift`` when claims/realdrift.yaml cannot be loaded: the error
+    says which check failed, not only that no such study exists."""
+    import shutil
+
+    for name in ("claims", "manifests", "locks", "kit"):
+        shutil.copytree(ROOT / name, tmp_path / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    ledger = tmp_path / "claims" / "realdrift.yaml"
+    ledger.write_text(ledger.read_text().replace("study: realdrift", "study: [realdrift", 1))
+    proc = subprocess.run([sys.executable, "-m", "kit", "verify", "--study", "realdrift",
+                           "--page", str(tmp_path / "page.html")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "no study realdrift in the ledgers" in proc.stderr
+    assert f"failed checks: {ledger}" in proc.stderr

@@ -317,7 +317,11 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
         return 1
     problems: list[str] = []
     outcomes = evaluate_all(root, ledger_paths, problems)
-    shown = (select or Selection()).chosen(outcomes)
+    try:
+        shown = (select or Selection()).chosen(outcomes)
+    except KitError as exc:  # a ledger that did not load holds none of its claims
+        raise KitError(f"{exc}; failed checks: {'; '.join(problems)}" if problems
+                       else str(exc)) from exc
     found_roots = roots(root)
     digest = found_roots["combined"]
     if expect_root is not None and expect_root.lower() != digest:
