@@ -14,6 +14,7 @@ and, where the caller knows one, ``; FIX``, so that no traceback reaches a user.
     sha256      the hex sha256 of the bytes
     plain_files every plain file under a folder, each symbolic link (a linked folder
                 too, not entered) and anything else named as a problem
+    replace_folder  a complete folder renamed over another (ship, reports)
 
 The writers (``canonical_json``, ``npz_bytes``, ``write_atomic``, ``write_npz``: sorted
 keys, fixed zip timestamps, a temporary name renamed into place) are the worker's own,
@@ -36,6 +37,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import zipfile
 import zlib
 from pathlib import Path
@@ -236,3 +239,22 @@ def plain_files(base: Path, fix: str | None = None) -> tuple[list[Path], list[st
 
 def _link(path: Path, fix: str | None) -> str:
     return str(error(path, f"a symbolic link (to {os.readlink(path)})", fix))
+
+
+def replace_folder(staging: Path, target: Path) -> None:
+    """Rename the complete folder ``staging`` to ``target``: an old target is moved aside
+    first and removed once the new one is in place (moved back when the rename fails), so
+    a reader sees the old folder or the new one, never half of either."""
+    if not target.exists():
+        staging.rename(target)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old.tmp",
+                                dir=target.parent))
+    old.rmdir()  # a fresh name for the old target
+    target.rename(old)
+    try:
+        staging.rename(target)
+    except BaseException:
+        old.rename(target)
+        raise
+    shutil.rmtree(old)

@@ -27,9 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.claims.ship import _replace as replace_folder
 from kit.errors import KitError
-from kit.files import read_json, sha256, write_atomic
+from kit.files import read_json, replace_folder, sha256, write_atomic
 from kit.paths import ROOT
 from kit.reporting import MEASURE, STYLE, pyplot
 

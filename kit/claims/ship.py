@@ -23,7 +23,7 @@ from typing import Any
 
 from kit.claims.coverage import write_manifests
 from kit.errors import FileFormatError, KitError
-from kit.files import read_json
+from kit.files import read_json, replace_folder
 from kit.paths import ROOT
 from kit.runfolder import MACHINE, MANIFEST, REPLAY, inside, plain_name
 
@@ -125,27 +125,9 @@ def _ship_files(run: Path, root: Path, where: tuple[str, str], names: list[str],
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, staging / name)
         os.chmod(staging, 0o755)
-        _replace(staging, target)
+        replace_folder(staging, target)
     finally:
         if staging.exists():
             shutil.rmtree(staging)
     write_manifests(root)
     return target
-
-
-def _replace(staging: Path, target: Path) -> None:
-    """Rename ``staging`` to ``target``; an old target is moved aside first and removed
-    once the new one is in place (moved back when the rename fails)."""
-    if not target.exists():
-        staging.rename(target)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old.tmp",
-                                dir=target.parent))
-    old.rmdir()  # a fresh name for the old target
-    target.rename(old)
-    try:
-        staging.rename(target)
-    except BaseException:
-        old.rename(target)
-        raise
-    shutil.rmtree(old)
