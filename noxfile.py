@@ -70,6 +70,14 @@ def reproduce(session: nox.Session) -> None:
     session.run(_python(), "-m", "kit", "reproduce", *session.posargs, external=True)
 
 
+@nox.session(name="reproduce-all")
+def reproduce_all(session: nox.Session) -> None:
+    """Every study into runs/ (resumable), shipped into a fresh folder, the claims recomputed
+    and judged against the shipped evidence (-- --small, --only STUDY ..., --models M,
+    --plan, --scheduler tcp://HOST:PORT)."""
+    session.run(_python(), "-m", "kit", "reproduce-all", *session.posargs, external=True)
+
+
 @nox.session
 def verify(session: nox.Session) -> None:
     """Every claim recomputed offline from shipped evidence (-- --replay [--stages ...])."""

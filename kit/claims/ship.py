@@ -27,6 +27,7 @@ from kit.files import read_json, replace_folder
 from kit.paths import ROOT
 from kit.runfolder import MACHINE, MANIFEST, REPLAY, inside, plain_name
 
+# The drift study's records and tables (and on digits its trained models, _model_files).
 SHIPPED = ("score/protocol.yaml", "fetch/fetch.json", "split/split.json", "fault/fault.json",
            "fault/severity.json",
            "score/score.json", "score/summary.json", "score/layers.npz",
@@ -77,13 +78,23 @@ def ship(run: Path, study: str = "drift", root: Path | None = None) -> Path:
         names = [*REALDRIFT_SHIPPED, *(name for name in REALDRIFT_OPTIONAL
                                        if (run / name).is_file())]
         return _ship_files(run, root, ("realdrift", substrate), names, path)
+    names = _model_files(run / "fetch" / "fetch.json") if substrate == "digits" else []
     path = run / "score" / "score.json"
     tables = _field(read_json(path), path, "tables", dict)
-    names = list(SHIPPED) + [
+    names += list(SHIPPED) + [
         plain_name(_field(entry, path, f"tables.{key}.path", str), path, f"tables.{key}.path")
         for key, entry in tables.items()]
     return _ship_files(run, root, (plain_name(study, run, "the study", 1), substrate),
                        names, path)
+
+
+def _model_files(path: Path) -> list[str]:
+    """The digits models' plain ONNX files the fetch record names: they ship, so that
+    ``reproduce --models shipped`` replays the study on the shipped weights on any CPU (the
+    instrumented copies are made again from them and checked against the run manifest)."""
+    models = _field(read_json(path), path, "models", dict)
+    return [plain_name(_field(entry, path, f"models.{name}.onnx", str), path,
+                       f"models.{name}.onnx") for name, entry in sorted(models.items())]
 
 
 def _field(record: Any, source: Path, field: str, kind: type) -> Any:

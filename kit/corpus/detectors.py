@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from kit.corpus.detector_measures import CELLS, CONDS, host_measures, params
 from kit.corpus.hosts import CASE_SKETCH, Hosted, write_host
@@ -54,6 +55,19 @@ def load_study_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
         raise ConfigError(f"{path}: not the detector study's protocol (study: "
                           "corpus-detectors)")
     return protocol
+
+
+def write_small_protocol(path: Path, pair: list[str], case: str = "pad-avgpool-fusion",
+                         replicates: int = 400) -> Path:
+    """The frozen study protocol cut down for the tests and ``reproduce-all --small``:
+    ``case``'s affected and fixed releases moved to ``pair`` (releases whose environments
+    the small runs build anyway) and fewer nested bootstrap replicates. Nothing of it is a
+    result of the study."""
+    protocol = read_yaml(PROTOCOL)
+    protocol["cases"][case]["pair"] = {"affected": pair[0], "fixed": pair[1]}
+    protocol["bootstrap"]["nested_replicates"] = replicates
+    write_atomic(path, yaml.safe_dump(protocol, sort_keys=False).encode())
+    return path
 
 
 def release_level(pair: dict[str, str], cell: str) -> tuple[str, str]:

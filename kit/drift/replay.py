@@ -176,10 +176,12 @@ def write_report(first: Path, report: dict[str, Any]) -> Path:
 
 
 def replay(run: Path | None, substrate: str | None, stages_asked: list[str] | None,
-           small: bool, protocol_file: Path | None, backend: str | None) -> int:
+           small: bool, protocol_file: Path | None, backend: str | None,
+           models: str = "train") -> int:
     """``verify --replay``: rerun the drift stages (or ``stages_asked``) of the first run
     ``run`` into ``<run>-replay`` and compare every hashed file; with ``small``, the small
-    configuration in ``runs/<substrate>-small`` (run first when absent). The exit code."""
+    configuration in ``runs/<substrate>-small`` (run first when absent); ``models``: where
+    fetch takes the digits models (the first run's source). The exit code."""
     from kit.drift.protocol import PROTOCOL, load_protocol, write_small_protocol
     from kit.drift.stages.pipeline import STAGES, finished, reproduce
     from kit.runfolder import Run, default_run
@@ -200,7 +202,7 @@ def replay(run: Path | None, substrate: str | None, stages_asked: list[str] | No
         if small:
             protocol = write_small_protocol(first.with_name(first.name + "-protocol.yaml"))
         options: dict[str, Any] = {"substrate": substrate, "backend": backend,
-                                   "protocol_file": protocol}
+                                   "protocol_file": protocol, "models": models}
         if small and not finished(Run(first)):
             print(f"replay: no finished first run in {first}; running the small "
                   "configuration there first (resuming what it holds)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kit.errors import KitError
 from kit.sciml.config import Config
 from kit.sciml.deepmind import read_meta
 from kit.sciml.pipeline import run_pipeline
@@ -29,16 +30,23 @@ def default_folder(resimulate: bool, deepmind: Path | None) -> str:
 
 
 def run_command(run: Path | None = None, without_physicsnemo: bool = False,
-                resimulate: bool = False, deepmind: Path | None = None) -> Path:
+                resimulate: bool = False, deepmind: Path | None = None,
+                small: bool = False) -> Path:
     """``python -m kit sciml``: build the PhysicsNeMo environment unless left out, then run
     (or resume) every step into ``run`` (default ``runs/<default_folder>``); returns the
-    folder."""
-    from kit.paths import ROOT
+    folder. ``small``: ``Config.tiny`` (its own cache folder, no PhysicsNeMo)."""
+    from kit.paths import ROOT, cache_dir
     from kit.runlock import hold
     from kit.runtime.venvs import ensure_physicsnemo
 
     out = run or ROOT / "runs" / default_folder(resimulate, deepmind)
     with hold(out) as folder:
+        if small:
+            if resimulate or deepmind is not None:
+                raise KitError("sciml --small reads its own tiny simulated flow; leave out "
+                               "--resimulate and --deepmind")
+            run_pipeline(Config.tiny(cache_dir() / "sciml-small"), folder)
+            return folder
         if deepmind is not None:
             read_meta(deepmind)  # before building anything: a bad folder fails at once
         physicsnemo = None if without_physicsnemo else ensure_physicsnemo()

@@ -16,11 +16,10 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-import yaml
 
 from kit.corpus import recompute_detectors
 from kit.corpus.detector_measures import CONDS, ROLES, Params, host_measures, params
-from kit.corpus.detectors import PROTOCOL, run_detectors
+from kit.corpus.detectors import PROTOCOL, run_detectors, write_small_protocol
 from kit.corpus.hosts import CASE_SKETCH, OUT, embed, write_host
 from kit.corpus.recompute import CorpusEvidence
 from kit.drift.localise import KINDS
@@ -35,13 +34,8 @@ SHIPPED = ROOT / "claims" / "corpus" / "evidence" / "detectors"
 
 def small_study_protocol(tmp: Path) -> Path:
     """The frozen study protocol with the case's pair on the default tests' releases and
-    fewer bootstrap replicates."""
-    protocol = read_yaml(PROTOCOL)
-    protocol["cases"][CASE]["pair"] = {"affected": "1.20.1", "fixed": "1.29.0"}
-    protocol["bootstrap"]["nested_replicates"] = 400
-    path = tmp / "study.yaml"
-    path.write_text(yaml.safe_dump(protocol))
-    return path
+    fewer bootstrap replicates (the configuration reproduce-all --small runs)."""
+    return write_small_protocol(tmp / "study.yaml", ["1.20.1", "1.29.0"], CASE)
 
 
 @pytest.fixture(scope="module")

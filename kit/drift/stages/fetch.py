@@ -11,6 +11,15 @@
 
 Each model is exported twice: the plain graph (logits) and an instrumented copy with one
 activation sketch per convolution (kit/drift/instrument.py).
+
+``source="shipped"`` (digits only; ``reproduce --models shipped``) trains nothing: each
+plain ONNX is the one shipped under ``claims/drift/evidence/digits/fetch/models``, copied
+after its sha256 is checked against the shipped fetch record, whose recipe must be the
+protocol's; the instrumented copy is made again from it and checked against the shipped
+run manifest. The rest of the study then replays on the shipped weights, on any CPU
+(training picks float kernels by instruction set, so a retrain elsewhere gives other
+weights). Where the models came from is run metadata (``training-cache.json``), so the
+fetch record is the shipped one byte for byte.
 """
 
 from __future__ import annotations
@@ -29,31 +38,48 @@ from kit.drift.export import export_onnx
 from kit.drift.instrument import instrument
 from kit.drift.models import load_checkpoint
 from kit.errors import KitError
-from kit.files import canonical_json, sha256, write_atomic, write_npz
-from kit.paths import cache_dir
+from kit.files import canonical_json, read_json, sha256, write_atomic, write_npz
+from kit.paths import ROOT, cache_dir
 from kit.runfolder import TRAINING_CACHE, Progress, Run
 
 SUBSTRATES = ("digits", "cifar100")
+MODEL_SOURCES = ("train", "shipped")
+# The shipped digits evidence, whose fetch/models are the shipped models.
+SHIPPED_DIGITS = ROOT / "claims" / "drift" / "evidence" / "digits"
+SHIPPED_MANIFEST = "run-manifest.json"  # the run manifest as ship names it
 # images, labels, normalisation mean, std, and per model (weights file, its provenance)
 Loaded = tuple[Any, Any, list[float], list[float], dict[str, tuple[Path, dict[str, Any]]]]
 
 
-def _digits(protocol: dict[str, Any], run: Run) -> Loaded:
+def _digits_data(protocol: dict[str, Any]) -> tuple[Any, Any, Any, list[float], list[float]]:
+    """The digits images and labels, the training pool (every image outside the sample)
+    and its channel statistics."""
     from kit.drift.digits import load_digits_rgb32
     from kit.drift.split import round_robin_sample, training_pool
-    from kit.drift.train import Recipe, channel_stats
+    from kit.drift.train import channel_stats
 
     images, labels = load_digits_rgb32()
     sample = round_robin_sample(labels, protocol["sample"]["size"], protocol["seeds"]["sample"])
     pool = training_pool(len(labels), sample)
     mean, std = channel_stats(images[pool])
+    return images, labels, pool, mean, std
+
+
+def _recipes(protocol: dict[str, Any]) -> list[Any]:
+    from kit.drift.train import Recipe
+
     training = protocol["training"]
     knobs = {k: training[k] for k in ("batch_size", "max_lr", "momentum", "weight_decay",
                                       "rotate_degrees", "shift_pixels", "threads")}
+    return [Recipe(name, epochs=training["epochs"][name], seed=protocol["seeds"]["training"],
+                   **knobs) for name in protocol["models"]]
+
+
+def _digits(protocol: dict[str, Any], run: Run) -> Loaded:
+    images, labels, pool, mean, std = _digits_data(protocol)
     weights, cache = {}, {}
     progress = Progress("fetch: training", len(protocol["models"]))
-    recipes = [Recipe(name, epochs=training["epochs"][name], seed=protocol["seeds"]["training"],
-                      **knobs) for name in protocol["models"]]
+    recipes = _recipes(protocol)
     trained = _train_all(recipes, images[pool], labels[pool])
     for recipe in recipes:
         name = recipe.architecture
@@ -108,12 +134,71 @@ def _cifar100(protocol: dict[str, Any], run: Run, assets: Path | None, pins: Pin
     return images, labels, mean, std, weights
 
 
+def _fetch_shipped(protocol: dict[str, Any], run: Run, shipped: Path) -> dict[str, Any]:
+    """The digits stage from the shipped models (module docstring); returns the record."""
+    from dataclasses import asdict
+
+    source = shipped / "fetch" / "fetch.json"
+    record = read_json(source)
+    manifest = read_json(shipped / SHIPPED_MANIFEST).get("files", {})
+    images, labels, _, mean, std = _digits_data(protocol)
+    out = run.stage("fetch")
+    models: dict[str, Any] = {}
+    for recipe in _recipes(protocol):
+        name = recipe.architecture
+        entry = record.get("models", {}).get(name)
+        if entry is None or entry["source"].get("recipe") != asdict(recipe):
+            raise KitError(f"{source}: the shipped {name} was not trained by this protocol's "
+                           f"recipe ({asdict(recipe)}); use --models train")
+        plain = out / "models" / f"{name}.onnx"
+        _copy_checked(shipped / entry["onnx"], plain, entry["onnx_sha256"])
+        instrument(plain, out / "models" / f"{name}.sketch.onnx",
+                   protocol["instrumentation"]["max_values"])
+        expected = manifest.get(entry["sketch_onnx"])
+        if sha256(run.root / entry["sketch_onnx"]) != expected:
+            raise KitError(f"{run.root / entry['sketch_onnx']}: the instrumented copy of the "
+                           f"shipped {name} is not the shipped one ({shipped / SHIPPED_MANIFEST}); "
+                           "kit/drift/instrument.py changed since the evidence was made")
+        models[name] = entry
+    write_npz(out / "dataset.npz", {"images": np.asarray(images, np.uint8),
+                                    "labels": np.asarray(labels, np.int64)})
+    write_atomic(run.root / TRAINING_CACHE, canonical_json({"models": {
+        name: {"from": "shipped evidence", "onnx_sha256": entry["onnx_sha256"]}
+        for name, entry in models.items()}}))
+    result = {"substrate": "digits", "classes": protocol["substrates"]["digits"]["classes"],
+              "mean": mean, "std": std, "images": len(images), "models": models}
+    run.write_record("fetch", result)
+    return result
+
+
+def _copy_checked(source: Path, target: Path, expected: str) -> None:
+    """Copy ``source`` to ``target`` when its sha256 is ``expected``; an error naming it
+    otherwise."""
+    if not source.is_file():
+        raise KitError(f"{source}: the shipped model is missing; restore the checkout "
+                       "(git checkout claims) or use --models train")
+    if sha256(source) != expected:
+        raise KitError(f"{source}: sha256 {sha256(source)} is not the shipped fetch "
+                       f"record's {expected}; restore the checkout or use --models train")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, source.read_bytes())
+
+
 def run_fetch(protocol: dict[str, Any], run: Run, substrate: str,
-              assets: Path | None = None, asset_pins: Path | None = None) -> dict[str, Any]:
+              assets: Path | None = None, asset_pins: Path | None = None,
+              source: str = "train", shipped: Path = SHIPPED_DIGITS) -> dict[str, Any]:
     """Fetch or train, then export every model; returns the stage record. ``asset_pins``
-    names a pins file that replaces ``kit/drift/assets.py``'s pins (``cifar100`` only)."""
+    names a pins file that replaces ``kit/drift/assets.py``'s pins (``cifar100`` only);
+    ``source="shipped"`` takes the digits models from ``shipped`` instead of training."""
     if substrate not in SUBSTRATES:
         raise KitError(f"unknown substrate {substrate!r}; choose from {SUBSTRATES}")
+    if source not in MODEL_SOURCES:
+        raise KitError(f"unknown model source {source!r}; choose from {MODEL_SOURCES}")
+    if source == "shipped":
+        if substrate != "digits":
+            raise KitError(f"--models shipped: the kit ships trained models for digits only; "
+                           f"{substrate} fetches its pinned checkpoints")
+        return _fetch_shipped(protocol, run, shipped)
     pinned: dict[str, Any] = {}
     if substrate == "digits":
         if asset_pins is not None:

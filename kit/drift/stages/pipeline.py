@@ -26,10 +26,12 @@ STAGES = ("fetch", "split", "fault", "infer", "score", "bootstrap", "sensitivity
 def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None = None,
               assets: Path | None = None, backend: str | None = None,
               protocol_file: Path = PROTOCOL, asset_pins: Path | None = None,
-              scheduler: str | None = None, workers: int | None = None) -> dict[str, Any]:
+              scheduler: str | None = None, workers: int | None = None,
+              models: str = "train") -> dict[str, Any]:
     """Run one stage holding the run folder (``runlock.hold``) under the protocol it was
     started with; returns its record (``asset_pins``: fetch's pins file, if any;
-    ``scheduler``, ``workers``: where infer's batches run, ``kit.runtime.scale``)."""
+    ``scheduler``, ``workers``: where infer's batches run, ``kit.runtime.scale``;
+    ``models``: fetch trains the digits models or takes the shipped ones)."""
     if name not in STAGES:
         raise KitError(f"unknown stage {name!r}; stages: {STAGES}")
     protocol = load_protocol(protocol_file)
@@ -38,7 +40,7 @@ def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None =
         check_protocol(root, protocol, protocol_file)
         run = Run(root)
         steps: dict[str, Callable[[], dict[str, Any]]] = {
-            "fetch": lambda: run_fetch(protocol, run, chosen, assets, asset_pins),
+            "fetch": lambda: run_fetch(protocol, run, chosen, assets, asset_pins, models),
             "split": lambda: run_split(protocol, run),
             "fault": lambda: run_fault(protocol, run, backend, scheduler, workers),
             "infer": lambda: run_infer(protocol, run, backend, scheduler, workers),

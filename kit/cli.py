@@ -1,0 +1,212 @@
+"""The command line's arguments: one argparse parser per ``python -m kit`` command (the
+commands themselves are ``kit.__main__``'s). ``allow_abbrev=False`` everywhere: a mistyped
+option must fail, not match a longer one."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+Add = Callable[..., argparse.ArgumentParser]
+
+
+def _add_runtime_commands(add: Add) -> None:
+    run = add("run", help="run one model on one input .npz under one runtime")
+    run.add_argument("--runtime", required=True, choices=["ref", "cand"])
+    run.add_argument("--model", required=True, type=Path)
+    run.add_argument("--inputs", required=True, type=Path)
+    run.add_argument("--output", required=True, type=Path)
+    run.add_argument("--backend", choices=["docker", "venv"],
+                     help="default: docker when a daemon answers, else venv")
+    run.add_argument("--batch-size", type=int, default=64)
+    images = add("images", help="build runtime images (needs a Docker daemon)")
+    images.add_argument("--base", help="base image (default: python:3.11-slim-bookworm, "
+                                       "else a debootstrap base)")
+    images.add_argument("--runtime", action="append",
+                        help="build this runtime's image: ref, cand or ort-RELEASE "
+                             "(repeatable; default ref and cand)")
+
+
+def _add_drift_commands(add: Add) -> None:
+    for command, help_text in (("stage", "run one drift stage"),
+                               ("reproduce", "run the drift stages in order")):
+        stage = add(command, help=help_text)
+        if command == "stage":
+            stage.add_argument("name", choices=["fetch", "split", "fault", "infer", "score",
+                                                "bootstrap", "sensitivity", "report"])
+        stage.add_argument("--substrate", choices=["digits", "cifar100"],
+                           help="default: the protocol's (digits)")
+        stage.add_argument("--run", type=Path, help="run folder (default runs/<substrate>)")
+        stage.add_argument("--assets", type=Path, help="mirror folder of the pinned assets")
+        stage.add_argument("--asset-pins", type=Path, metavar="FILE",
+                           help="JSON pins replacing kit/drift/assets.py's for this run (cifar100; "
+                                "full sha256 for every file; recorded in fetch.json)")
+        stage.add_argument("--backend", choices=["docker", "venv"])
+        stage.add_argument("--protocol", type=Path, help="protocol YAML (default: the frozen one)")
+        stage.add_argument("--models", choices=["train", "shipped"], default="train",
+                           help="digits: train the models (default) or start from the shipped "
+                                "ones (claims/drift/evidence/digits/fetch/models, sha256-checked)")
+        add_scale_options(stage)
+    sweep = add("sweep", help="the real-drift sweep: every release x level x threads "
+                              "(kit/protocols/realdrift.yaml)")
+    sweep.add_argument("--run", type=Path, help="run folder (default runs/sweep-digits)")
+    sweep.add_argument("--releases", nargs="+", metavar="RELEASE",
+                       help="sweep only these releases (they must include 1.20.1 and 1.29.0)")
+    sweep.add_argument("--levels", nargs="+", metavar="LEVEL",
+                       help="sweep only these levels (default: every level each release offers)")
+    sweep.add_argument("--threads", nargs="+", type=int, metavar="N",
+                       help="intra-op thread counts (default: the protocol's 1 2)")
+    sweep.add_argument("--protocol", type=Path,
+                       help="drift protocol for fetch and split (default: the frozen one)")
+    sweep.add_argument("--backend", choices=["docker", "venv"])
+    sweep.add_argument("--drift-run", type=Path, metavar="RUN",
+                       help="a finished drift run: also put Polygraphy to its fault matrix")
+    add_scale_options(sweep)
+    poly = add("polygraphy", help="Polygraphy's default comparison on a finished drift run's "
+                                  "fault matrix, beside the calibrated detectors")
+    poly.add_argument("--run", type=Path, help="finished drift run (default runs/digits)")
+    poly.add_argument("--out", type=Path,
+                      help="JSON table to write (default runs/polygraphy-<run name>.json)")
+    bench = add("bench", help="benchmark infer and the nested bootstrap")
+    bench.add_argument("--run", type=Path, help="finished drift run (default runs/digits)")
+    bench.add_argument("--sweep", type=Path, help="finished sweep folder: its time against "
+                                                  "the 30-minute target too")
+
+
+def add_scale_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="Dask LocalCluster worker processes (default: one per core; "
+                             "1: serial, in this process)")
+    parser.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                        help="an existing Dask cluster whose workers have the kit and see "
+                             "the run folder at the same path")
+
+
+def _add_claims_commands(add: Add) -> None:
+    verify = add("verify", help="check every claim offline from shipped evidence")
+    verify.add_argument("--json", type=Path, help="also write the outcome as JSON here")
+    verify.add_argument("--replay", action="store_true",
+                        help="rerun the pipeline (or --stages) into a fresh folder, compare bytes")
+    verify.add_argument("--strict-findings", action="store_true",
+                        help="also fail on a paper's direction reversed on a stand-in substrate")
+    verify.add_argument("--expect-root", metavar="HEX",
+                        help="fail unless the root digest over everything checked equals HEX "
+                             "(the README publishes the shipped evidence's root)")
+    verify.add_argument("--page", type=Path,
+                        help="where to write the claims page (default runs/verify/index.html)")
+    verify.add_argument("--claim", nargs="+", default=[], metavar="ID",
+                        help="print only these claims, in full (every check still runs)")
+    verify.add_argument("--study", nargs="+", default=[], metavar="NAME",
+                        help="print only these studies' claims (drift, sciml, realdrift, "
+                             "corpus)")
+    verify.add_argument("--status", nargs="+", default=[], metavar="STATUS",
+                        help="print only claims with these statuses (quote two words: "
+                             "'by design')")
+    verify.add_argument("--evidence", type=Path, metavar="DIR",
+                        help="recompute every claim from a fresh run shipped into DIR (ship "
+                             "--into DIR): file verdicts and the status diff")
+    verify.add_argument("--status-only", action="store_true",
+                        help="with --evidence: files may differ (a retrain on another CPU); "
+                             "the verdict is the status diff alone")
+    verify.add_argument("--stages", nargs="+", help="stages to replay (default: all)")
+    verify.add_argument("--compare", nargs=2, type=Path, metavar=("FIRST", "REPLAY"),
+                        help="only compare two finished run folders (writes FIRST/replay.json)")
+    verify.add_argument("--run", type=Path, help="first run folder (default runs/<substrate>)")
+    verify.add_argument("--substrate", choices=["digits", "cifar100"])
+    verify.add_argument("--backend", choices=["docker", "venv"])
+    verify.add_argument("--protocol", type=Path,
+                        help="protocol of the run to replay (default: the frozen one)")
+    verify.add_argument("--models", choices=["train", "shipped"],
+                        help="with --replay: where fetch takes the digits models (default "
+                             "train; the first run's source)")
+    verify.add_argument("--small", action="store_true",
+                        help="replay the small configuration "
+                             "(kit.drift.protocol.write_small_protocol) "
+                             "in runs/digits-small, running it first if it is not there")
+    ship = add("ship", help="copy a finished run's evidence into claims/")
+    ship.add_argument("--run", type=Path, help="run folder (default runs/digits)")
+    ship.add_argument("--into", type=Path, metavar="DIR",
+                      help="ship into DIR/claims/... instead of the checkout (for verify "
+                           "--evidence DIR)")
+    reports = add("reports", help="render every study's report from the shipped evidence "
+                                  "under claims/")
+    reports.add_argument("--out", type=Path, help="report folder (default runs/reports)")
+
+
+def _add_sciml_commands(add: Add) -> None:
+    sciml = add("sciml", help="run the SciML study")
+    sciml.add_argument("--run", type=Path,
+                       help="run folder (default runs/sciml, runs/sciml-resimulated or "
+                            "runs/sciml-deepmind)")
+    sciml.add_argument("--small", action="store_true",
+                       help="the small configuration (kit.sciml.config.Config.tiny, minutes; "
+                            "the kit's own MeshGraphNet, no PhysicsNeMo): none of its numbers "
+                            "is a result")
+    sciml.add_argument("--without-physicsnemo", action="store_true",
+                       help="leave out the PhysicsNeMo MeshGraphNet (its environment is "
+                            "about 6.4 GB); its claims are then not run here")
+    source = sciml.add_mutually_exclusive_group()
+    source.add_argument("--resimulate", action="store_true",
+                        help="simulate the cylinder trajectories again instead of reading the "
+                             "pinned ones (claims/sciml/trajectories), recording how they "
+                             "compare")
+    source.add_argument("--deepmind", type=Path, metavar="FOLDER",
+                        help="read the trajectories from DeepMind's cylinder_flow files "
+                             "(meta.json, train.tfrecord, valid.tfrecord)")
+    report = add("sciml-report", help="render the SciML report of a finished run")
+    report.add_argument("--evidence", type=Path,
+                        help="the run's records (default runs/sciml; the shipped ones are "
+                             "claims/sciml/evidence/kit, which needs --out)")
+    report.add_argument("--out", type=Path, help="report folder (default <evidence>/report)")
+
+
+def _add_corpus_commands(add: Add) -> None:
+    corpus = add("corpus", help="the real-defect corpus: named onnxruntime CPU defects under "
+                                "every release (kit/protocols/corpus.yaml)")
+    corpus.add_argument("--run", type=Path, help="run folder (default runs/corpus)")
+    corpus.add_argument("--releases", nargs="+", metavar="RELEASE",
+                        help="run only these releases (default: the protocol's 18)")
+    corpus.add_argument("--cases", nargs="+", metavar="CASE",
+                        help="run only these cases (default: every case of kit/corpus/cases)")
+    corpus.add_argument("--backend", choices=["docker", "venv"])
+    add_scale_options(corpus)
+    study = add("corpus-detectors", help="the corpus's detector study: its CNN-op cases in the "
+                                         "digits models (kit/protocols/corpus-detectors.yaml)")
+    study.add_argument("--run", type=Path, help="run folder (default runs/corpus-detectors)")
+    study.add_argument("--cases", nargs="+", metavar="CASE",
+                       help="run only these cases (default: every case of the protocol)")
+    study.add_argument("--protocol", type=Path,
+                       help="drift protocol YAML for fetch and split (default: the frozen one)")
+    study.add_argument("--study-protocol", type=Path, metavar="FILE",
+                       help="the study's protocol (default: the frozen "
+                            "kit/protocols/corpus-detectors.yaml)")
+    study.add_argument("--backend", choices=["docker", "venv"])
+    add_scale_options(study)
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """The whole command line; ``doc``: the commands' list (``kit.__main__``'s docstring)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m kit", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="The kit's commands (each one also a nox session):\n"
+                    + doc.split("\n", 2)[2].replace("``", ""), allow_abbrev=False)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, **options: Any) -> argparse.ArgumentParser:
+        # allow_abbrev=False: a mistyped option must fail, not match a longer one
+        return sub.add_parser(name, allow_abbrev=False, **options)
+
+    for adder in (_add_runtime_commands, _add_drift_commands, _add_claims_commands,
+                  _add_sciml_commands, _add_corpus_commands, _add_reproduce_all):
+        adder(add)
+    return parser
+
+
+
+def _add_reproduce_all(add: Add) -> None:
+    from kit.reproduce.command import add_arguments
+
+    add_arguments(add("reproduce-all", help="every study into runs/, shipped into a fresh "
+                                            "folder, the claims recomputed from it"))

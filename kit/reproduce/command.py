@@ -1,0 +1,181 @@
+"""``python -m kit reproduce-all`` (``nox -s reproduce-all``): every study into one runs
+root, then the claims recomputed from the fresh run beside the shipped ones.
+
+1. The plan (``kit.reproduce.plan``): steps, disk, the expected time here.
+2. Each step (``kit.reproduce.steps``) into its run folder, with a progress line at its
+   start and end (elapsed, remaining). ``<runs>/reproduce-all/state.json`` records each
+   finished step's options, wall and CPU seconds; a rerun, in the same or a later shell,
+   keeps every step whose record matches its options and whose folder still agrees with
+   its run manifest, and runs the rest (each study also resumes inside its own step).
+3. Every finished study shipped into ``<runs>/reproduce-all/fresh`` (``kit ship --into``)
+   and judged against the shipped evidence (``kit.claims.fresh``): a verdict per file and
+   the status diff, the page ``<runs>/replay/index.html``. The exit status is the
+   verdict's.
+
+The drift study's models (``--models``): ``shipped`` starts from the shipped digits models
+(sha256-checked), so the study replays on identical weights; ``train`` retrains them.
+``auto`` (the default) trains where this machine picks the same float kernels as the
+machine that made the evidence (the same architecture and instruction-set flags,
+``kit.runtime.machine``), and takes the shipped models elsewhere. After a retrain on
+another CPU the files may differ, and the verdict is the status diff alone (said so).
+
+``--small`` runs every study's small configuration (minutes) into ``runs/small``. Its
+numbers are not the shipped configuration's, so nothing is compared with the shipped
+evidence: it checks the chain (every study runs, resumes, ships, and its claims are
+evaluated from what it shipped, the statuses printed, the claims a small run cannot
+recompute named), and exits 0 when the chain ran end to end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from kit.claims.fresh import verify_fresh
+from kit.claims.ship import ship
+from kit.errors import KitError
+from kit.files import canonical_json, read_json, write_atomic
+from kit.paths import ROOT
+from kit.reproduce.plan import Clock, load_costs, minutes, print_plan
+from kit.reproduce.steps import STUDIES, Options, finished, run_step, steps_for
+from kit.runfolder import MACHINE, cpu_seconds, say
+from kit.runlock import hold
+
+STATE = "state.json"
+SHIPPED_MACHINE = ROOT / "claims" / "drift" / "evidence" / "digits" / MACHINE
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kit.cli import add_scale_options
+
+    parser.add_argument("--only", nargs="+", metavar="STUDY",
+                        help=f"only these studies ({', '.join(STUDIES)}; default all)")
+    parser.add_argument("--small", action="store_true",
+                        help="every study's small configuration (minutes), into runs/small; "
+                             "nothing is compared with the shipped evidence")
+    parser.add_argument("--models", choices=["auto", "shipped", "train"], default="auto",
+                        help="the drift study's digits models: start from the shipped ones, "
+                             "retrain, or (auto) retrain only on a CPU like the one that made "
+                             "the evidence")
+    parser.add_argument("--without-physicsnemo", action="store_true",
+                        help="leave out the PhysicsNeMo MeshGraphNet (its claims then change "
+                             "status, and the verdict says so)")
+    parser.add_argument("--runs", type=Path, metavar="DIR",
+                        help="runs root (default runs/, or runs/small with --small)")
+    parser.add_argument("--plan", action="store_true", help="print the plan and stop")
+    parser.add_argument("--backend", choices=["docker", "venv"])
+    add_scale_options(parser)
+
+
+def same_kernels(shipped: Path = SHIPPED_MACHINE) -> bool:
+    """Whether this machine picks the float kernels the evidence's machine picked: the same
+    architecture and instruction-set flags (``kit.runtime.machine.ISA``)."""
+    from kit.runtime.machine import fingerprint
+
+    recorded, here = read_json(shipped), fingerprint()
+    return all(recorded.get(k) == here[k] for k in ("machine", "isa"))
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The command line's call: check the options, then ``reproduce_all``."""
+    from kit.runtime.scale import check_options
+
+    check_options(args.scheduler, args.workers)
+    if args.small and args.models == "shipped":
+        raise KitError("--small --models shipped: the small configuration trains its own "
+                       "one-epoch model; the shipped models belong to the full one")
+    models = args.models
+    if models == "auto":
+        models = "train" if args.small or same_kernels() else "shipped"
+        say(f"reproduce-all: drift models: {models} ("
+            + ("the small configuration trains" if args.small else
+               "this CPU picks the evidence machine's kernels" if models == "train" else
+               "this CPU differs from the evidence machine's, "
+               f"{SHIPPED_MACHINE}") + ")")
+    runs = args.runs or ROOT / "runs" / ("small" if args.small else "")
+    options = Options(runs=runs.resolve(), small=args.small, models=models,
+                      without_physicsnemo=args.without_physicsnemo, backend=args.backend,
+                      scheduler=args.scheduler, workers=args.workers)
+    return reproduce_all(options, steps_for(args.only), plan_only=args.plan)
+
+
+def reproduce_all(o: Options, steps: list[str], plan_only: bool = False) -> int:
+    """Plan, run the unfinished steps, ship and judge; returns the exit status."""
+    with hold(o.runs / "reproduce-all") as folder:
+        state_path = folder / STATE
+        state: dict[str, Any] = read_json(state_path) if state_path.is_file() else {}
+        kept = {s for s in steps if state.get(s, {}).get("identity") == o.identity(s)
+                and finished(o, s)}
+        costs = load_costs(o.small)
+        print_plan(steps, kept, costs, o.runs)
+        if plan_only:
+            return 0
+        cores = os.cpu_count() or 1
+        clock = Clock({s: costs[s].expected_s(cores) for s in steps if s not in kept},
+                      time.monotonic())
+        for number, step in enumerate(steps, 1):
+            where = f"reproduce-all: step {number}/{len(steps)} {step}"
+            if step in kept:
+                say(f"{where}: kept from an earlier run ({state[step]['wall_s']:.0f} s wall, "
+                    f"{state[step]['cpu_s']:.0f} CPU s then)")
+                continue
+            say(f"{where}: started; {clock.line(time.monotonic())}")
+            state.pop(step, None)
+            write_atomic(state_path, canonical_json(state))
+            wall, cpu = time.monotonic(), cpu_seconds()
+            run_step(o, step)
+            if not finished(o, step):
+                raise KitError(f"{o.folder(step)}: {step} ended without a finished run "
+                               "(its last record and a run manifest that checks out)")
+            state[step] = {"identity": o.identity(step), "cores": cores,
+                           "wall_s": round(time.monotonic() - wall, 1),
+                           "cpu_s": round(cpu_seconds() - cpu, 1)}
+            write_atomic(state_path, canonical_json(state))
+            clock.finish(step)
+            say(f"{where}: done in {minutes(state[step]['wall_s'])} wall, "
+                f"{state[step]['cpu_s']:.0f} CPU s; {clock.line(time.monotonic())}")
+        return judge(o, steps, folder, state)
+
+
+def judge(o: Options, steps: list[str], folder: Path, state: dict[str, Any]) -> int:
+    """Ship every finished study into ``folder/fresh`` and judge it (module docstring)."""
+    fresh = folder / "fresh"
+    for step in steps:
+        say(f"reproduce-all: shipping {step} into {fresh}")
+        ship(o.folder(step), root=fresh)
+    if o.small:
+        return small_verdict(fresh)
+    status_only = "drift" in steps and o.models == "train" and not same_kernels()
+    return verify_fresh(fresh, status_only, out=o.runs / "replay" / "index.html")
+
+
+def small_verdict(fresh: Path) -> int:
+    """Every claim of each ledger evaluated from the small run's evidence, its statuses
+    printed, and the claims the small configuration cannot recompute (it has one model, a
+    few faults, two releases) named; returns 0: the chain ran end to end."""
+    from kit.claims.ledger import clear_cache, evaluate, load_ledger
+
+    for path in sorted((ROOT / "claims").glob("*.yaml")):
+        ledger = load_ledger(path)
+        present = [name for name, s in ledger["substrates"].items()
+                   if (fresh / s["evidence"]).is_dir()]
+        if not present:
+            continue
+        clear_cache()
+        problems: list[str] = []
+        outcomes = [o for o in evaluate(ledger, fresh, problems) if o.substrate in present]
+        counts: dict[str, int] = {}
+        for outcome in outcomes:
+            counts[outcome.status] = counts.get(outcome.status, 0) + 1
+        print(f"reproduce-all --small: {ledger['study']}: {len(outcomes)} claims evaluated ("
+              + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"), "
+              f"{len(problems)} cannot be recomputed from the small configuration")
+        for problem in problems:
+            print(f"reproduce-all --small: {ledger['study']}: not recomputable: {problem}")
+    print("reproduce-all --small: every study ran, shipped and was evaluated; the small "
+          "configuration's numbers are not the shipped configuration's, so nothing is "
+          "compared with the shipped evidence")
+    return 0
