@@ -40,7 +40,7 @@ from kit.errors import KitError
 from kit.files import canonical_json, read_json, write_atomic
 from kit.paths import ROOT
 from kit.reproduce.plan import Clock, load_costs, minutes, print_plan
-from kit.reproduce.steps import STUDIES, Options, finished, run_step, steps_for
+from kit.reproduce.steps import STUDIES, Options, finished, identity, run_step, steps_for
 from kit.runfolder import MACHINE, cpu_seconds, say
 from kit.runlock import hold
 
@@ -107,7 +107,7 @@ def reproduce_all(o: Options, steps: list[str], plan_only: bool = False) -> int:
     with hold(o.runs / "reproduce-all") as folder:
         state_path = folder / STATE
         state: dict[str, Any] = read_json(state_path) if state_path.is_file() else {}
-        kept = {s for s in steps if state.get(s, {}).get("identity") == o.identity(s)
+        kept = {s for s in steps if state.get(s, {}).get("identity") == identity(o, s)
                 and finished(o, s)}
         costs = load_costs(o.small)
         print_plan(steps, kept, costs, o.runs)
@@ -130,7 +130,7 @@ def reproduce_all(o: Options, steps: list[str], plan_only: bool = False) -> int:
             if not finished(o, step):
                 raise KitError(f"{o.folder(step)}: {step} ended without a finished run "
                                "(its last record and a run manifest that checks out)")
-            state[step] = {"identity": o.identity(step), "cores": cores,
+            state[step] = {"identity": identity(o, step), "cores": cores,
                            "wall_s": round(time.monotonic() - wall, 1),
                            "cpu_s": round(cpu_seconds() - cpu, 1)}
             write_atomic(state_path, canonical_json(state))

@@ -22,7 +22,7 @@ import hashlib
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kit.errors import KitError
@@ -59,13 +59,13 @@ class Options:
     def folder(self, step: str) -> Path:
         return self.runs / FOLDERS[step]
 
-    def identity(self, step: str) -> str:
-        """What a finished step must have been run with to be kept on a rerun (where
-        its batches ran is not part of it: that changes no byte)."""
-        described = {"step": step, "small": self.small,
-                     "models": self.models if step == "drift" else None,
-                     "physicsnemo": not self.without_physicsnemo if step == "sciml" else None}
-        return hashlib.sha256(canonical_json(described)).hexdigest()
+
+
+def identity(o: Options, step: str) -> str:
+    """What a finished step must have been run with to be kept on a rerun: the sha256 of
+    its commands (where its batches ran is not part of it: that changes no byte)."""
+    plain = replace(o, backend=None, scheduler=None, workers=None)
+    return hashlib.sha256(canonical_json(ARGV[step](plain))).hexdigest()
 
 
 def steps_for(only: list[str] | None) -> list[str]:

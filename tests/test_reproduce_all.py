@@ -1,0 +1,181 @@
+"""``python -m kit reproduce-all`` (kit.reproduce.command, kit.reproduce.steps,
+kit.reproduce.plan, and the command line's parser in kit.cli): the small configuration end
+to end and resumed, the plan and its refusals, and the drift study's fetch from the shipped
+models (kit.drift.stages.fetch)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kit.drift.protocol import PROTOCOL, load_protocol, write_small_protocol
+from kit.drift.stages.fetch import SHIPPED_DIGITS, SHIPPED_MANIFEST, run_fetch
+from kit.errors import ConfigError, KitError
+from kit.files import read_json, sha256
+from kit.paths import ROOT
+from kit.reproduce.plan import Cost, load_costs, print_plan
+from kit.reproduce.steps import ORDER, Options, identity, steps_for
+from kit.runfolder import Run
+
+STUDY_FOLDERS = ("claims/drift/evidence/digits", "claims/corpus/evidence/kit",
+                 "claims/corpus/evidence/detectors", "claims/sciml/evidence/kit",
+                 "claims/realdrift/evidence/digits")
+
+
+def kit(*args: str, timeout: int = 900) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kit", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory
+          ) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    runs = tmp_path_factory.mktemp("reproduce-all")
+    return runs, kit("reproduce-all", "--small", "--runs", str(runs))
+
+
+def test_the_small_configuration_runs_ships_and_evaluates_every_study(
+        small: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    runs, proc = small
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    state = read_json(runs / "reproduce-all" / "state.json")
+    assert sorted(state) == sorted(ORDER)
+    assert all(entry["wall_s"] > 0 and entry["cpu_s"] > 0 for entry in state.values())
+    fresh = runs / "reproduce-all" / "fresh"
+    for folder in STUDY_FOLDERS:
+        assert (fresh / folder / "run-manifest.json").is_file(), folder
+    # the drift step includes its same-machine replay, whose report ships
+    replay = read_json(fresh / "claims/drift/evidence/digits/replay.json")
+    assert replay["identical"] is True
+    for study in ("corpus", "drift", "realdrift", "sciml"):
+        assert f"reproduce-all --small: {study}: " in proc.stdout
+    assert "nothing is compared with the shipped evidence" in proc.stdout
+    lines = proc.stderr.splitlines()
+    assert lines.index(next(x for x in lines if "plan on" in x)) < \
+        lines.index(next(x for x in lines if "step 1/5 drift: started" in x))
+    assert sum("left" in x and "step" in x for x in lines) == 2 * len(ORDER)
+
+
+def test_a_rerun_keeps_every_finished_step(
+        small: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    runs, first = small
+    assert first.returncode == 0
+    proc = kit("reproduce-all", "--small", "--runs", str(runs), "--only", "corpus")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "2 steps (2 already finished)" in proc.stderr
+    assert proc.stderr.count("kept from an earlier run") == 2
+    assert "started" not in proc.stderr
+
+
+def test_a_step_whose_folder_or_options_changed_runs_again(
+        small: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    runs, first = small
+    assert first.returncode == 0
+    record = runs / "corpus" / "corpus" / "corpus.json"
+    kept = record.read_bytes()
+    record.write_bytes(kept + b" ")  # the folder no longer agrees with its run manifest
+    try:
+        proc = kit("reproduce-all", "--small", "--runs", str(runs), "--only", "corpus",
+                   "--plan")
+    finally:
+        record.write_bytes(kept)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 steps (1 already finished)" in proc.stderr
+    assert "1. corpus: about" in proc.stderr
+    options = Options(runs=runs, small=True)
+    assert identity(options, "sciml") != identity(
+        Options(runs=runs, small=True, without_physicsnemo=True), "sciml")
+    assert identity(options, "drift") == identity(
+        Options(runs=runs, small=True, workers=1, scheduler="tcp://h:1"), "drift")
+
+
+def test_the_plan_is_printed_and_stops(tmp_path: Path) -> None:
+    proc = kit("reproduce-all", "--plan", "--runs", str(tmp_path / "runs"), "--only",
+               "drift", "realdrift")
+    assert proc.returncode == 0, proc.stderr
+    assert "2 steps (0 already finished)" in proc.stderr
+    assert "1. drift: about" in proc.stderr
+    assert "2. sweep: about" in proc.stderr
+    assert not (tmp_path / "runs" / "digits").exists()
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--only", "drfit"], "--only drfit: no such study"),
+    (["--small", "--models", "shipped"], "the shipped models belong to the full one"),
+    (["--workers", "0"], "workers must be at least 1"),
+])
+def test_bad_options_are_refused_before_any_work(args: list[str], says: str,
+                                                 tmp_path: Path) -> None:
+    proc = kit("reproduce-all", "--runs", str(tmp_path / "runs"), *args)
+    assert proc.returncode == 2
+    assert says in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs" / "digits").exists()
+
+
+def test_steps_follow_the_order_and_the_studies() -> None:
+    assert steps_for(None) == list(ORDER)
+    assert steps_for(["realdrift", "corpus"]) == ["corpus", "corpus-detectors", "sweep"]
+
+
+def test_expected_time_and_disk_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    cost = Cost(cpu_s=1000, wall_s=625, cores=2, disk_mb=10, source="test")
+    assert cost.expected_s(2) == pytest.approx(625)  # 80% of 2 cores busy
+    assert cost.expected_s(8) == pytest.approx(1000 / (8 * 0.8))
+    costs = {"drift": cost, "sweep": Cost(100, 100, 1, 5e9, "test")}
+    assert print_plan(["drift"], set(), costs, tmp_path) == pytest.approx(
+        cost.expected_s(os.cpu_count() or 1))
+    with pytest.raises(KitError, match="MB free, the plan needs about"):
+        print_plan(["drift", "sweep"], set(), costs, tmp_path)
+    print_plan(["drift", "sweep"], {"sweep"}, costs, tmp_path)  # a kept step needs no disk
+    assert "sweep: finished, kept" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="no recorded cost for corpus"):
+        print_plan(["corpus"], set(), costs, tmp_path)
+
+
+def test_every_step_has_a_recorded_cost_and_a_bad_table_is_refused(tmp_path: Path) -> None:
+    for small in (False, True):
+        assert sorted(load_costs(small)) == sorted(ORDER)
+    bad = tmp_path / "costs.toml"
+    bad.write_text('[full.drift]\ncpu_s = "a lot"\n')
+    with pytest.raises(ConfigError, match=r"\[full.drift\] needs exactly"):
+        load_costs(False, bad)
+
+
+def test_fetch_from_the_shipped_models_is_the_shipped_stage(tmp_path: Path) -> None:
+    run = Run(tmp_path / "run")
+    run_fetch(load_protocol(PROTOCOL), run, "digits", source="shipped")
+    assert sha256(run.root / "fetch" / "fetch.json") == \
+        sha256(SHIPPED_DIGITS / "fetch" / "fetch.json")
+    listed = read_json(SHIPPED_DIGITS / SHIPPED_MANIFEST)["files"]
+    fetched = [name for name in listed if name.startswith("fetch/")]
+    assert len(fetched) == 8  # the dataset, the record, three plain and three instrumented
+    for name in fetched:
+        assert sha256(run.root / name) == listed[name], name
+    cache = json.loads((run.root / "training-cache.json").read_text())
+    assert {m["from"] for m in cache["models"].values()} == {"shipped evidence"}
+
+
+def test_a_changed_shipped_model_or_another_recipe_is_refused(tmp_path: Path) -> None:
+    shipped = tmp_path / "shipped"
+    shutil.copytree(SHIPPED_DIGITS / "fetch", shipped / "fetch")
+    shutil.copy(SHIPPED_DIGITS / SHIPPED_MANIFEST, shipped / SHIPPED_MANIFEST)
+    model = shipped / "fetch" / "models" / "resnet20.onnx"
+    data = bytearray(model.read_bytes())
+    data[-1] ^= 1
+    model.write_bytes(bytes(data))
+    with pytest.raises(KitError, match=r"resnet20.onnx: sha256 .* is not the shipped fetch"):
+        run_fetch(load_protocol(PROTOCOL), Run(tmp_path / "a"), "digits", source="shipped",
+                  shipped=shipped)
+    small = load_protocol(write_small_protocol(tmp_path / "small.yaml"))
+    with pytest.raises(KitError, match="was not trained by this protocol's recipe"):
+        run_fetch(small, Run(tmp_path / "b"), "digits", source="shipped")
+    with pytest.raises(KitError, match="digits only"):
+        run_fetch(small, Run(tmp_path / "c"), "cifar100", source="shipped")
