@@ -130,6 +130,13 @@ def corpus_detectors(session: nox.Session) -> None:
 
 
 @nox.session
+def audit(session: nox.Session) -> None:
+    """Audit anyone's ONNX model across an onnxruntime move (python -m kit audit): -- MODEL
+    --inputs X.npz --from RELEASE[/LEVEL] --to RELEASE[/LEVEL] [--screen-only]."""
+    session.run(_python(), "-m", "kit", "audit", *session.posargs, external=True)
+
+
+@nox.session
 def bench(session: nox.Session) -> None:
     """Infer wall time over its floor (<= 1.3) and the nested bootstrap (<= 5 s)."""
     session.run(_python(), "-m", "kit", "bench", *session.posargs, external=True)

@@ -14,6 +14,7 @@
     corpus     the real-defect corpus (named onnxruntime CPU defects under every release)
     corpus-detectors  the corpus's detector study (its CNN-op cases in the digits models)
     reproduce-all  every study into runs/, shipped into a fresh folder, claims recomputed
+    audit      does an onnxruntime upgrade move a model beyond clean drift (anyone's model)
 """
 
 from __future__ import annotations
@@ -183,6 +184,12 @@ def _reproduce_all(args: argparse.Namespace) -> int:
     return run_command(args)
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from kit.audit.command import run_command
+
+    return run_command(args)
+
+
 def _ship(args: argparse.Namespace) -> int:
     from kit.claims.ship import ship
     from kit.runfolder import default_run
@@ -199,7 +206,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "sciml": _sciml, "sciml-report": _sciml_report, "sweep": _sweep,
     "polygraphy": _polygraphy, "bench": _bench, "ship": _ship, "corpus": _corpus,
     "corpus-detectors": _corpus_detectors, "reports": _reports,
-    "reproduce-all": _reproduce_all}
+    "reproduce-all": _reproduce_all, "audit": _audit}
 
 
 def main(argv: list[str] | None = None) -> int:

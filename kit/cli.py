@@ -199,7 +199,7 @@ def parser(doc: str) -> argparse.ArgumentParser:
         return sub.add_parser(name, allow_abbrev=False, **options)
 
     for adder in (_add_runtime_commands, _add_drift_commands, _add_claims_commands,
-                  _add_sciml_commands, _add_corpus_commands, _add_reproduce_all):
+                  _add_sciml_commands, _add_corpus_commands, _add_reproduce_all, _add_audit):
         adder(add)
     return parser
 
@@ -210,3 +210,11 @@ def _add_reproduce_all(add: Add) -> None:
 
     add_arguments(add("reproduce-all", help="every study into runs/, shipped into a fresh "
                                             "folder, the claims recomputed from it"))
+
+
+def _add_audit(add: Add) -> None:
+    from kit.audit.command import add_arguments
+
+    add_arguments(add("audit", help="does an onnxruntime upgrade change a model's outputs "
+                                    "beyond clean drift, where first, and does a known "
+                                    "defect touch it"))

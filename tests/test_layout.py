@@ -6,6 +6,8 @@ local imports included):
     kit.sciml     imports kit.runtime, never kit.drift
     kit.corpus    imports kit.runtime and kit.drift (Polygraphy's wrapper), never kit.sciml
     kit.claims    imports the studies' recompute registries, never kit.runtime
+    kit.reproduce runs every study's command (reproduce-all); no part imports it
+    kit.cli       the command line's parser, beside kit.__main__
     shared        kit.errors, kit.files, kit.paths, kit.schema, kit.runfolder, kit.runlock,
                   kit.reporting, kit.stats, kit.tolerance:
                   nothing of the studies or the claims, and of kit.runtime only the
@@ -27,12 +29,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KIT = ROOT / "kit"
-PARTS = ("runtime", "drift", "sciml", "corpus", "claims")
+PARTS = ("runtime", "drift", "sciml", "corpus", "claims", "reproduce")
 SHARED = ("kit.errors", "kit.files", "kit.paths", "kit.schema", "kit.runfolder", "kit.runlock",
           "kit.reporting", "kit.stats", "kit.tolerance")
 # What each part must never import.
-FORBIDDEN = {"runtime": ("drift", "sciml", "corpus", "claims"), "drift": ("sciml", "corpus"),
-             "sciml": ("drift", "corpus"), "corpus": ("sciml",), "claims": ("runtime",)}
+FORBIDDEN = {"runtime": ("drift", "sciml", "corpus", "claims", "reproduce"),
+             "drift": ("sciml", "corpus", "reproduce"), "sciml": ("drift", "corpus", "reproduce"),
+             "corpus": ("sciml", "reproduce"), "claims": ("runtime", "reproduce"),
+             "reproduce": ()}
 # The shared modules' only edges into kit.runtime: the file library re-exports the
 # worker's deterministic writers (one definition of the bytes both sides write), and the
 # run folder records the machine fingerprint beside a stage's timing.
@@ -85,7 +89,7 @@ def violations() -> list[str]:
 
 def test_every_module_sits_in_a_part_or_is_shared() -> None:
     top = sorted(m for m in MODULES if m.count(".") == 1 and part_of(m) is None)
-    assert top == sorted([*SHARED, "kit.__main__"])
+    assert top == sorted([*SHARED, "kit.__main__", "kit.cli"])
 
 
 def test_the_packages_keep_the_dependency_rule() -> None:

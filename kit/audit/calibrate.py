@@ -1,0 +1,117 @@
+"""The audit's calibrated verdict, from outputs already computed (``kit/protocols/audit.yaml``).
+
+A score per input compares two cells' outputs: the largest difference at the output's
+scale, ``max |a - b| / max(1, max |a|)`` over the input's elements. The clean pairs (each
+side against the same release at its other levels and at two threads) calibrate on the
+first half of the inputs: per output, ``tau = max(margin x the median over the pairs of
+each pair's largest score, floor)``; the median, so that a level pair inside a release
+that a level-dependent defect touches (a fusion) does not widen the envelope. The held-out
+half checks the matched false-alarm rate (the median over the pairs of their alarm share
+there at most ``false_alarm_rate``, else ``cannot calibrate``); a pair that alarms there is
+named as unstable. The audited pair is beyond clean drift when its alarm share over every
+input exceeds ``false_alarm_rate`` on any output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Array = np.ndarray[Any, Any]
+Outputs = dict[str, Array]  # output name -> (inputs, ...) array
+
+
+def scores(a: Array, b: Array) -> Array:
+    """Per input (first axis): ``max |a - b| / max(1, max |a|)``; NaN where one side is NaN
+    and the other is not counts as infinitely far."""
+    a64, b64 = (np.asarray(x, np.float64).reshape(len(x), -1) for x in (a, b))
+    nan_a, nan_b = np.isnan(a64), np.isnan(b64)
+    diff = np.where(nan_a & nan_b, 0.0, np.abs(a64 - b64))
+    diff = np.where(nan_a ^ nan_b, np.inf, diff)
+    scale = np.maximum(1.0, np.nanmax(np.abs(np.where(np.isinf(a64), 0, a64)), axis=1,
+                                      initial=0.0))
+    found: Array = np.nanmax(diff, axis=1, initial=0.0) / scale
+    return found
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """One output's threshold and how the clean pairs and the audited pair fare under it."""
+
+    tau: float
+    clean_max: float
+    clean_heldout_rate: float
+    unstable: tuple[int, ...]
+    audited_rate: float
+    audited_max: float
+    identical_share: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else float(v)
+                for k, v in self.__dict__.items()}
+
+
+def calibrate(clean: list[tuple[Array, Array]], audited: tuple[Array, Array], n_cal: int,
+              alarm: dict[str, Any]) -> Calibration:
+    """The threshold from the clean pairs' calibration rows and the rates under it."""
+    clean_scores = np.stack([scores(a, b) for a, b in clean]) if clean else \
+        np.zeros((0, len(audited[0])))
+    per_pair = clean_scores[:, :n_cal].max(axis=1, initial=0.0)
+    clean_max = float(np.median(per_pair)) if len(per_pair) else 0.0
+    tau = max(alarm["margin"] * clean_max, alarm["floor"])
+    held_rates = (clean_scores[:, n_cal:] > tau).mean(axis=1) if clean_scores.shape[1] > n_cal \
+        else np.zeros(len(clean_scores))
+    rate = alarm["false_alarm_rate"]
+    audited_scores = scores(*audited)
+    flat_a = np.asarray(audited[0]).reshape(len(audited[0]), -1)
+    flat_b = np.asarray(audited[1]).reshape(len(audited[1]), -1)
+    same = np.array([np.array_equal(x, y, equal_nan=True) for x, y in zip(flat_a, flat_b,
+                                                                         strict=True)])
+    return Calibration(tau=tau, clean_max=clean_max,
+                       clean_heldout_rate=float(np.median(held_rates)) if len(held_rates)
+                       else 0.0,
+                       unstable=tuple(int(i) for i in np.flatnonzero(held_rates > rate)),
+                       audited_rate=float((audited_scores > tau).mean()),
+                       audited_max=float(audited_scores.max(initial=0.0)),
+                       identical_share=float(same.mean()))
+
+
+def verdict(calibrations: dict[str, Calibration], rate: float) -> tuple[str, str]:
+    """The verdict over every output and why."""
+    failing = [name for name, c in calibrations.items() if c.clean_heldout_rate > rate]
+    if failing:
+        worst = max(calibrations[n].clean_heldout_rate for n in failing)
+        return "cannot calibrate", (
+            f"the clean pairs alarm on {worst:.1%} of the held-out inputs on "
+            f"{', '.join(failing)}, above the matched false-alarm rate {rate:.0%}: the "
+            "model's clean drift is not stable enough across its inputs to calibrate on")
+    beyond = [name for name, c in calibrations.items() if c.audited_rate > rate]
+    if beyond:
+        return "beyond clean drift", "the audited pair alarms on " + ", ".join(
+            f"{n} ({calibrations[n].audited_rate:.0%} of inputs, max score "
+            f"{calibrations[n].audited_max:.3g} > tau {calibrations[n].tau:.3g})"
+            for n in beyond)
+    return "within clean drift", (
+        "every output stays under its threshold on at least "
+        f"{1 - rate:.0%} of the inputs (largest audited score "
+        f"{max((c.audited_max for c in calibrations.values()), default=0.0):.3g})")
+
+
+def flips(a: Array, b: Array) -> int | None:
+    """Inputs whose argmax differs, where the output is a score vector (inputs, classes);
+    None otherwise."""
+    if a.ndim != 2 or a.shape[1] < 2:
+        return None
+    return int((np.argmax(a, axis=1) != np.argmax(b, axis=1)).sum())
+
+
+def first_moving(calibrations: dict[str, Calibration], exposed: list[dict[str, str]],
+                 rate: float) -> dict[str, Any] | None:
+    """The first exposed tensor in graph order whose audited alarm share exceeds ``rate``."""
+    for entry in exposed:
+        found = calibrations.get(entry["tensor"])
+        if found is not None and found.audited_rate > rate:
+            return {**entry, **found.as_dict()}
+    return None

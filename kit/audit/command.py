@@ -1,0 +1,216 @@
+"""``python -m kit audit MODEL.onnx --inputs X.npz --from RELEASE[/LEVEL] --to
+RELEASE[/LEVEL]`` (``nox -s audit``): does the move change the model's outputs beyond
+clean drift, where first, and does a known defect touch it.
+
+1. Check everything first (``kit.audit.model``): the model, the inputs against its inputs,
+   both cells against the kit's releases and levels. A bad one is a ``kit: error`` before
+   any environment is built.
+2. The static screen (``kit.audit.screen``), no runtime.
+3. One job per cell and graph (the model and its instrumented copy) in the kit's worker,
+   under each release's hash-locked environment, on any backend (venv, docker, Dask):
+   the two audited cells and the clean pairs of ``kit/protocols/audit.yaml``.
+4. Per output: largest absolute and relative difference, bit-identical share, argmax
+   flips, Polygraphy's default verdict, the calibrated verdict (``kit.audit.calibrate``);
+   the first node that leaves its clean envelope.
+5. ``audit.json`` and ``index.html`` in the report folder. Exit 0 within clean drift, 1
+   beyond it, when it cannot calibrate, or on an affected known defect; 2 on an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kit.audit.calibrate import calibrate, first_moving, flips, verdict
+from kit.audit.model import (
+    Cell,
+    batch_size,
+    check_inputs,
+    load_model,
+    load_protocol,
+    parse_cell,
+    probe,
+)
+from kit.audit.screen import screen
+from kit.errors import KitError
+from kit.files import canonical_json, load_npz, write_atomic, write_npz
+from kit.paths import ROOT
+from kit.runfolder import say
+
+GRAPHS = {"plain": "model.onnx", "probe": "probe.onnx"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from kit.cli import add_scale_options
+
+    parser.add_argument("model", type=Path, help="the ONNX model to audit")
+    parser.add_argument("--inputs", type=Path, required=True,
+                        help=".npz with one array per model input, inputs along the first axis")
+    parser.add_argument("--from", dest="source", required=True, metavar="RELEASE[/LEVEL]",
+                        help="the release (and level; default enable_all) the model runs on")
+    parser.add_argument("--to", dest="target", required=True, metavar="RELEASE[/LEVEL]",
+                        help="the release (and level) it moves to")
+    parser.add_argument("--out", type=Path, help="report folder (default runs/audit/<model>)")
+    parser.add_argument("--screen-only", action="store_true",
+                        help="the static screen alone: no runtime, seconds")
+    parser.add_argument("--backend", choices=["docker", "venv"])
+    add_scale_options(parser)
+
+
+def clean_partners(side: Cell, protocol: dict[str, Any]) -> list[Cell]:
+    """The clean pairs' other cells for one side (the protocol's rule)."""
+    pairs = protocol["clean_pairs"]
+    others = [Cell(side.release, level) for level in pairs["levels"] if level != side.level]
+    return others + [Cell(side.release, side.level, t) for t in pairs["threads"] if t != 1]
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from kit.runtime.scale import check_options
+
+    check_options(args.scheduler, args.workers)
+    protocol = load_protocol()
+    sides = {"from": parse_cell(args.source, "--from", protocol),
+             "to": parse_cell(args.target, "--to", protocol)}
+    check_release_pair(sides)
+    model = load_model(args.model)
+    minimum = protocol["inputs"]["minimum"]
+    arrays = check_inputs(model, args.inputs, minimum)
+    out = args.out or ROOT / "runs" / "audit" / args.model.stem
+    known = screen(model, sides, protocol)
+    record: dict[str, Any] = {"model": str(args.model), "inputs": str(args.inputs),
+                              "sides": {k: v.__dict__ for k, v in sides.items()},
+                              "protocol_version": protocol["version"], "screen": known}
+    touched = [row["case"] for row in known if "affected" in (row["from"], row["to"])]
+    if not args.screen_only:
+        started = time.monotonic()
+        record.update(measure(model, arrays, sides, protocol, out, args))
+        record["wall_s"] = round(time.monotonic() - started, 1)
+    else:
+        record["verdict"], record["why"] = "screen only", "no runtime was run"
+    record["known_defects_affecting"] = touched
+    write_report(out, record)
+    say(f"audit: {record['verdict']}; known defects on an affected side: "
+        f"{', '.join(touched) or 'none'}; report {out / 'index.html'}")
+    return 1 if touched or record["verdict"] in ("beyond clean drift", "cannot calibrate") \
+        else 0
+
+
+def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
+            protocol: dict[str, Any], out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Run every cell and graph, then calibrate, judge and localise."""
+    work = out / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    write_atomic(work / GRAPHS["plain"], model.SerializeToString())
+    exposed = probe(model, work / GRAPHS["probe"], protocol["localisation"]["op_types"])
+    write_npz(work / "inputs.npz", arrays)
+    partners = {side: clean_partners(cell, protocol) for side, cell in sides.items()}
+    cells = list(dict.fromkeys([*sides.values(), *(c for p in partners.values() for c in p)]))
+    outputs = run_cells(cells, work, batch_size(model), args)
+    n = len(next(iter(arrays.values())))
+    n_cal = -(-n * protocol["inputs"]["calibration_share"] // 1)
+    n_cal = int(min(max(n_cal, 1), n - 1))
+    alarm, rate = protocol["alarm"], protocol["alarm"]["false_alarm_rate"]
+
+    def judge(graph: str) -> dict[str, Any]:
+        names = outputs[(sides["from"], graph)].keys()
+        return {name: calibrate(
+            [(outputs[(side, graph)][name], outputs[(p, graph)][name])
+             for key, side in sides.items() for p in partners[key]],
+            (outputs[(sides["from"], graph)][name], outputs[(sides["to"], graph)][name]),
+            n_cal, alarm) for name in names}
+
+    plain = judge("plain")
+    found, why = verdict(plain, rate)
+    rows = {name: {**c.as_dict(), **describe(outputs[(sides["from"], "plain")][name],
+                                             outputs[(sides["to"], "plain")][name], name)}
+            for name, c in plain.items()}
+    probed = judge("probe")
+    pairs = [f"{side.name} vs {p.name}" for key, side in sides.items() for p in partners[key]]
+    return {"verdict": found, "why": why, "outputs": rows, "inputs_n": n, "calibration_n": n_cal,
+            "clean_pairs": pairs,
+            "cells": [c.name for c in cells], "exposed": len(exposed),
+            "first_moving": first_moving(probed, exposed, rate)}
+
+
+def describe(a: Any, b: Any, name: str) -> dict[str, Any]:
+    """The plain measures of one output: largest absolute and relative difference, argmax
+    flips, Polygraphy's default verdict per input."""
+    from kit.drift.polygraphy_check import polygraphy_fails
+
+    diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+    rel = diff / np.maximum(np.abs(np.asarray(a, np.float64)), np.finfo(np.float64).tiny)
+    fails = polygraphy_fails(np.asarray(a, np.float32), np.asarray(b, np.float32), name)
+    return {"max_abs": float(np.nanmax(diff, initial=0.0)),
+            "max_rel": float(np.nanmax(np.where(diff == 0, 0, rel), initial=0.0)),
+            "flips": flips(np.asarray(a), np.asarray(b)),
+            "polygraphy_fails": int(fails.sum()), "polygraphy_verdict":
+                "fails" if fails.any() else "passes"}
+
+
+def run_cells(cells: list[Cell], work: Path, rows: int, args: argparse.Namespace
+              ) -> dict[tuple[Cell, str], dict[str, Any]]:
+    """Every cell and graph in the kit's worker, one batch per release."""
+    from kit.runtime.runtimes import release_runtime
+    from kit.runtime.scale import Batch, run_batches
+
+    jobs: dict[str, list[dict[str, Any]]] = {}
+    paths = {}
+    for cell in cells:
+        for graph, file in GRAPHS.items():
+            output = f"outputs/{cell.release}/{cell.level}-t{cell.threads}/{graph}.npz"
+            paths[(cell, graph)] = work / output
+            jobs.setdefault(cell.release, []).append({
+                "id": f"{cell.name}/{graph}", "model": file, "inputs": "inputs.npz",
+                "graph_optimization": cell.level, "intra_op_threads": cell.threads,
+                "output": output, "batch_size": rows})
+    batches = [Batch(release_runtime(release), tuple(found), release)
+               for release, found in jobs.items()]
+    say(f"audit: {sum(len(j) for j in jobs.values())} jobs over {len(cells)} cells")
+    run_batches(batches, work, work, backend=args.backend, scheduler=args.scheduler,
+                workers=args.workers, progress=say)
+    return {key: load_npz(path) for key, path in paths.items()}
+
+
+def write_report(out: Path, record: dict[str, Any]) -> None:
+    """``audit.json`` and ``index.html`` (each written whole, then renamed into place)."""
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(out / "audit.json", canonical_json(record))
+    e = html.escape
+    parts = ["<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>audit "
+             f"{e(Path(record['model']).name)}</title></head><body>",
+             f"<h1>{e(Path(record['model']).name)}: {e(record['verdict'])}</h1>",
+             f"<p>{e(record['sides']['from']['release'])}/{e(record['sides']['from']['level'])}"
+             f" to {e(record['sides']['to']['release'])}/{e(record['sides']['to']['level'])}: "
+             f"{e(record['why'])}</p>"]
+    if record.get("outputs"):
+        parts.append("<h2>Outputs</h2><table><tr><th>output</th><th>max abs</th><th>max rel"
+                     "</th><th>bit-identical</th><th>flips</th><th>Polygraphy</th><th>tau</th>"
+                     "<th>audited alarm share</th></tr>")
+        parts += [f"<tr><td>{e(n)}</td><td>{r['max_abs']:.3g}</td><td>{r['max_rel']:.3g}</td>"
+                  f"<td>{r['identical_share']:.0%}</td><td>{r['flips']}</td>"
+                  f"<td>{e(r['polygraphy_verdict'])} ({r['polygraphy_fails']})</td>"
+                  f"<td>{r['tau']:.3g}</td><td>{r['audited_rate']:.0%}</td></tr>"
+                  for n, r in record["outputs"].items()]
+        parts.append("</table>")
+        moving = record.get("first_moving")
+        parts.append("<h2>Where it first moves</h2><p>" + (
+            f"{e(moving['node'])} ({e(moving['op'])}; inputs {e(moving['inputs'])}), "
+            f"alarm share {moving['audited_rate']:.0%}" if moving else
+            "no instrumented node leaves its clean envelope") + "</p>")
+    parts.append("<h2>Known defects (static screen)</h2><table><tr><th>case</th><th>issue"
+                 "</th><th>nodes</th><th>from</th><th>to</th><th>fixed in</th></tr>")
+    parts += [f"<tr><td>{e(r['case'])}</td><td>{r['issue']}</td><td>{e(str(r['nodes']))}</td>"
+              f"<td>{e(r['from'])}</td><td>{e(r['to'])}</td><td>{e(str(r['fixed_in']))}</td>"
+              "</tr>" for r in record["screen"]]
+    parts.append("</table></body></html>")
+    write_atomic(out / "index.html", "\n".join(parts).encode())
+
+
+def check_release_pair(sides: dict[str, Cell]) -> None:
+    if sides["from"] == sides["to"]:
+        raise KitError("--from and --to name the same cell; nothing moves")

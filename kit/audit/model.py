@@ -1,0 +1,147 @@
+"""The audit's inputs, checked before anything runs, and the instrumented copy of the model.
+
+- ``parse_cell``: ``RELEASE[/LEVEL]`` against the kit's hash-locked releases
+  (``kit/runtime/releases.toml``) and onnxruntime's levels;
+- ``load_model``: an ONNX file onnx can parse and check;
+- ``check_inputs``: an ``.npz`` whose arrays are exactly the graph's inputs (not its
+  initializers), with their element types, ranks and every fixed dimension; the first axis
+  is the batch of inputs the audit splits and scores;
+- ``probe``: a copy of the model that also outputs every float tensor a node of the
+  protocol's compute op types produces (``localisation.op_types``), in graph order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from kit.errors import ConfigError, FileFormatError
+from kit.files import load_npz, read_yaml, write_atomic
+
+PROTOCOL = Path(__file__).resolve().parents[1] / "protocols" / "audit.yaml"
+LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_layout", "enable_all")
+FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One side of an audit: an onnxruntime release, a graph optimisation level and the
+    intra-op thread count."""
+
+    release: str
+    level: str
+    threads: int = 1
+
+    @property
+    def name(self) -> str:
+        return f"{self.release}/{self.level}/t{self.threads}"
+
+
+def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
+    protocol = read_yaml(path)
+    if not isinstance(protocol, dict) or protocol.get("study") != "audit":
+        raise ConfigError(f"{path}: not the audit protocol (study: audit)")
+    return protocol
+
+
+def parse_cell(text: str, option: str, protocol: dict[str, Any]) -> Cell:
+    """``RELEASE[/LEVEL]`` as a cell; a ConfigError naming ``option`` when the release is
+    not one the kit locks or the level is not onnxruntime's."""
+    from kit.runtime.runtimes import known_releases
+
+    release, _, level = text.partition("/")
+    level = level or protocol["level_default"]
+    releases = known_releases()
+    if release not in releases:
+        raise ConfigError(f"{option} {text}: {release!r} is not a release the kit locks; "
+                          f"releases: {', '.join(releases)}")
+    if level not in LEVELS:
+        raise ConfigError(f"{option} {text}: {level!r} is not a graph optimisation level; "
+                          f"levels: {', '.join(LEVELS)}")
+    return Cell(release, level)
+
+
+def load_model(path: Path) -> onnx.ModelProto:
+    """The model, parsed and checked by onnx; a FileFormatError naming the file otherwise."""
+    if not path.is_file():
+        raise FileFormatError(f"{path}: no such model file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        onnx.checker.check_model(model)
+    except Exception as exc:  # onnx raises DecodeError, ValidationError, ValueError...
+        raise FileFormatError(f"{path}: not an ONNX model onnx can load and check "
+                              f"({type(exc).__name__}: {str(exc)[:200]})") from None
+    return model
+
+
+def graph_inputs(model: onnx.ModelProto) -> dict[str, tuple[int, list[int | str]]]:
+    """Each graph input that is no initializer: its element type and dimensions (a name
+    for a symbolic one)."""
+    inits = {i.name for i in model.graph.initializer}
+    return {i.name: (i.type.tensor_type.elem_type,
+                     [d.dim_value if d.HasField("dim_value") else d.dim_param or "?"
+                      for d in i.type.tensor_type.shape.dim])
+            for i in model.graph.input if i.name not in inits}
+
+
+def check_inputs(model: onnx.ModelProto, path: Path, minimum: int
+                 ) -> dict[str, np.ndarray[Any, Any]]:
+    """The inputs file's arrays when they are exactly the model's inputs; a FileFormatError
+    naming the file and the input otherwise."""
+    arrays = load_npz(path)
+    wanted = graph_inputs(model)
+    if set(arrays) != set(wanted):
+        raise FileFormatError(f"{path}: holds {sorted(arrays)}, the model's inputs are "
+                              f"{sorted(wanted)}")
+    counts = set()
+    for name, (elem, dims) in wanted.items():
+        array = arrays[name]
+        dtype = helper.tensor_dtype_to_np_dtype(elem)
+        if array.dtype != dtype:
+            raise FileFormatError(f"{path}: input {name!r} is {array.dtype}, the model "
+                                  f"takes {dtype}")
+        if array.ndim != len(dims) or any(isinstance(d, int) and d > 0 and d != n
+                                          for d, n in zip(dims[1:], array.shape[1:],
+                                                          strict=False)):
+            raise FileFormatError(f"{path}: input {name!r} has shape {list(array.shape)}, "
+                                  f"the model takes {dims} (first axis: the inputs)")
+        counts.add(array.shape[0])
+    if len(counts) != 1 or min(counts) < minimum:
+        raise FileFormatError(f"{path}: every input needs the same number of rows, at least "
+                              f"{minimum} (half calibrate, half are held out); found "
+                              f"{sorted(counts)}")
+    return arrays
+
+
+def batch_size(model: onnx.ModelProto) -> int:
+    """1 when an input's first axis is fixed at 1 (the model takes one row a run), else 64."""
+    return 1 if any(dims and dims[0] == 1 for _, dims in graph_inputs(model).values()) \
+        else 64
+
+
+def probe(model: onnx.ModelProto, target: Path, op_types: list[str]) -> list[dict[str, str]]:
+    """Write the instrumented copy to ``target``; returns the exposed tensors in graph order
+    (tensor, node, op, the node's inputs)."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in
+             [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]}
+    outputs = {o.name for o in model.graph.output}
+    exposed = []
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for node in model.graph.node:
+        if node.op_type not in op_types:
+            continue
+        for tensor in node.output:
+            if tensor and tensor not in outputs and types.get(tensor) in FLOAT_TYPES:
+                copy.graph.output.append(helper.make_tensor_value_info(tensor, types[tensor],
+                                                                       None))
+                exposed.append({"tensor": tensor, "node": node.name or tensor,
+                                "op": node.op_type, "inputs": ", ".join(node.input)})
+    write_atomic(target, copy.SerializeToString())
+    return exposed
