@@ -138,10 +138,12 @@ def probe(model: onnx.ModelProto, target: Path, op_types: list[str]) -> list[dic
         if node.op_type not in op_types:
             continue
         for tensor in node.output:
-            if tensor and tensor not in outputs and types.get(tensor) in FLOAT_TYPES:
+            if not tensor or (tensor not in outputs and types.get(tensor) not in FLOAT_TYPES):
+                continue
+            if tensor not in outputs:  # a graph output is in every copy already
                 copy.graph.output.append(helper.make_tensor_value_info(tensor, types[tensor],
                                                                        None))
-                exposed.append({"tensor": tensor, "node": node.name or tensor,
-                                "op": node.op_type, "inputs": ", ".join(node.input)})
+            exposed.append({"tensor": tensor, "node": node.name or tensor,
+                            "op": node.op_type, "inputs": ", ".join(node.input)})
     write_atomic(target, copy.SerializeToString())
     return exposed

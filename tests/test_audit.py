@@ -1,0 +1,162 @@
+"""``python -m kit audit`` (kit.audit.command, kit.audit.model, kit.audit.calibrate,
+kit.audit.screen): end to end on the two releases the default tests build, with a small
+conv net (within clean drift) and with the corpus's Pad-into-AveragePool case (beyond it,
+localised, named by the screen); the screen on every corpus case; the refusals before
+anything runs; the calibration's arithmetic."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from kit.audit.calibrate import calibrate, scores, verdict
+from kit.audit.model import Cell, load_protocol
+from kit.audit.screen import affected, matches, screen
+from kit.corpus.cases import CASES
+from kit.paths import ROOT
+
+PROTOCOL = load_protocol()
+PAIR = ("1.20.1", "1.29.0")
+
+
+def audit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kit", "audit", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def case_files(tmp: Path, case_id: str) -> tuple[Path, Path]:
+    case = next(c for c in CASES if c.id == case_id)
+    built = case.build(0)
+    model, inputs = tmp / f"{case_id}.onnx", tmp / f"{case_id}.npz"
+    onnx.save(built.model, str(model))
+    np.savez(inputs, **built.inputs)
+    return model, inputs
+
+
+def test_a_small_conv_net_moves_within_clean_drift(convnet_onnx: Path, tmp_path: Path) -> None:
+    inputs = tmp_path / "x.npz"
+    x = np.random.default_rng(0).standard_normal((8, 3, 32, 32)).astype(np.float32)
+    np.savez(inputs, **{onnx.load(str(convnet_onnx)).graph.input[0].name: x})
+    out = tmp_path / "report"
+    proc = audit(str(convnet_onnx), "--inputs", str(inputs), "--from", f"{PAIR[0]}/disable_all",
+                 "--to", PAIR[1], "--out", str(out), "--workers", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((out / "audit.json").read_text())
+    assert record["verdict"] == "within clean drift"
+    assert record["sides"]["to"] == {"release": PAIR[1], "level": "enable_all", "threads": 1}
+    [row] = record["outputs"].values()
+    assert row["audited_max"] <= row["tau"]
+    assert row["polygraphy_verdict"] in ("passes", "fails")
+    assert record["first_moving"] is None
+    assert len(record["clean_pairs"]) == 8  # three other levels and two threads, per side
+    assert "within clean drift" in (out / "index.html").read_text()
+
+
+def test_a_known_defect_is_beyond_clean_drift_localised_and_named(tmp_path: Path) -> None:
+    model, inputs = case_files(tmp_path, "pad-avgpool-fusion")
+    out = tmp_path / "report"
+    proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
+                 "--out", str(out), "--workers", "1")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    record = json.loads((out / "audit.json").read_text())
+    assert record["verdict"] == "beyond clean drift"
+    assert record["outputs"]["y"]["audited_rate"] == 1.0
+    assert record["outputs"]["y"]["polygraphy_verdict"] == "fails"
+    assert record["first_moving"]["node"] == "avgpool"
+    assert record["first_moving"]["op"] == "AveragePool"
+    [row] = record["screen"]
+    assert (row["case"], row["from"], row["to"], row["fixed_in"]) == \
+        ("pad-avgpool-fusion", "affected", "fixed", "1.21.1")
+    assert record["known_defects_affecting"] == ["pad-avgpool-fusion"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_the_screen_finds_every_corpus_case_in_its_own_model(case: object) -> None:
+    built = case.build(0)  # type: ignore[attr-defined]
+    found = [row["case"] for row in screen(built.model, {
+        "from": Cell(case.affected[0], case.level),  # type: ignore[attr-defined]
+        "to": Cell(case.fixed[0], case.level)}, PROTOCOL)]  # type: ignore[attr-defined]
+    assert case.id in found  # type: ignore[attr-defined]
+
+
+def test_the_screen_reads_chains_attributes_and_levels() -> None:
+    pad_pool = next(c for c in CASES if c.id == "pad-avgpool-fusion")
+    model = pad_pool.build(0).model
+    patterns = PROTOCOL["screen"]["patterns"]
+    assert matches(model, patterns["pad-avgpool-fusion"]) == [["pad", "avgpool"]]
+    assert matches(model, patterns["pad-maxpool-fusion"]) == []
+    assert matches(model, patterns["avgpool-ceil-include-pad"]) == []  # count_include_pad=0
+    assert affected(pad_pool, Cell("1.20.1", "enable_all")) == "affected"
+    assert affected(pad_pool, Cell("1.20.1", "disable_all")) == "not at this level"
+    assert affected(pad_pool, Cell("1.29.0", "enable_all")) == "fixed"
+    assert affected(pad_pool, Cell("1.15.1", "enable_all")) == "not known"
+
+
+@pytest.mark.parametrize(("make", "says"), [
+    ("not-onnx", "not an ONNX model onnx can load"),
+    ("wrong-name", "the model's inputs are ['x']"),
+    ("wrong-dtype", "input 'x' is float64, the model takes float32"),
+    ("wrong-shape", "input 'x' has shape [8, 2, 4, 5]"),
+    ("one-row", "at least 2"),
+    ("bad-release", "'1.99.0' is not a release the kit locks"),
+    ("bad-level", "'enable_most' is not a graph optimisation level"),
+    ("same-cell", "the same cell"),
+])
+def test_bad_input_is_a_clear_error_before_anything_runs(make: str, says: str,
+                                                         tmp_path: Path) -> None:
+    model, inputs = case_files(tmp_path, "pad-avgpool-fusion")
+    x = np.load(inputs)["x"]
+    cells = ["--from", PAIR[0], "--to", PAIR[1]]
+    if make == "not-onnx":
+        model.write_bytes(b"not a model")
+    elif make == "wrong-name":
+        np.savez(inputs, z=x)
+    elif make == "wrong-dtype":
+        np.savez(inputs, x=x.astype(np.float64))
+    elif make == "wrong-shape":
+        np.savez(inputs, x=x[:, :, :4])
+    elif make == "one-row":
+        np.savez(inputs, x=x[:1])
+    elif make == "bad-release":
+        cells = ["--from", "1.99.0", "--to", PAIR[1]]
+    elif make == "bad-level":
+        cells = ["--from", f"{PAIR[0]}/enable_most", "--to", PAIR[1]]
+    else:
+        cells = ["--from", PAIR[1], "--to", PAIR[1]]
+    out = tmp_path / "report"
+    proc = audit(str(model), "--inputs", str(inputs), *cells, "--out", str(out))
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    [line] = [x for x in proc.stderr.splitlines() if x.startswith("kit: error: ")]
+    assert says in line
+    assert not out.exists()
+
+
+def test_scores_and_the_median_envelope() -> None:
+    a = np.array([[1.0, 2.0], [10.0, 0.0], [np.nan, 1.0]])
+    b = np.array([[1.0, 2.5], [10.0, 0.1], [np.nan, 1.0]])
+    assert scores(a, b).tolist() == [0.25, 0.01, 0.0]
+    assert scores(a, np.array([[1.0, 2.0], [10.0, 0.0], [0.0, 1.0]]))[2] == np.inf
+    alarm = PROTOCOL["alarm"]
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((20, 4))
+    clean = [(base, base + rng.uniform(-1e-7, 1e-7, base.shape)) for _ in range(4)]
+    defect = (base, base + 0.5)
+    # one clean pair that carries a level-dependent change: it is named, not followed
+    found = calibrate([*clean, defect], defect, 10, alarm)
+    assert found.tau < 1e-4
+    assert found.unstable == (4,)
+    assert found.audited_rate == 1.0
+    assert verdict({"y": found}, alarm["false_alarm_rate"])[0] == "beyond clean drift"
+    quiet = calibrate(clean, clean[0], 10, alarm)
+    assert verdict({"y": quiet}, alarm["false_alarm_rate"])[0] == "within clean drift"
+    noisy = [(base, base + rng.uniform(-1, 1, base.shape) * (i > 9)[:, None] * 1e-2)
+             for i in [np.arange(20)] * 4]
+    assert verdict({"y": calibrate(noisy, clean[0], 10, alarm)},
+                   alarm["false_alarm_rate"])[0] == "cannot calibrate"
