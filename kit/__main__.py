@@ -173,6 +173,11 @@ def _polygraphy(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.audit:
+        from kit.audit.bench import bench_audit
+
+        bench_audit(args.audit)
+        return 0
     from kit.drift.bench import bench
 
     return bench(args.run, args.sweep)

@@ -73,6 +73,9 @@ def _add_drift_commands(add: Add) -> None:
     bench.add_argument("--run", type=Path, help="finished drift run (default runs/digits)")
     bench.add_argument("--sweep", type=Path, help="finished sweep folder: its time against "
                                                   "the 30-minute target too")
+    bench.add_argument("--audit", type=Path, metavar="DIR",
+                       help="only a finished audit's report folder: its time against its "
+                            "floor (the two runtimes' own inference on the same inputs)")
 
 
 def add_scale_options(parser: argparse.ArgumentParser) -> None:

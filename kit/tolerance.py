@@ -7,6 +7,10 @@
                       with the same keys and strings
     differs           anything else: the first file, array (or JSON path) and element named
 
+Under a bound, a JSON field whose name ends in ``sha256`` is the hash of another evidence
+file, which is judged itself, so it is not compared (a file without a bound must be
+identical byte for byte, hashes included).
+
 The bounds are declared once, per study and kind of file, each with its reason, in
 ``kit/protocols/tolerances.yaml`` (schema ``tolerances.schema.json``; under the evidence root
 like every protocol). A file no bound names must be identical. Machine facts
@@ -140,6 +144,8 @@ def _compare_json(a: Any, b: Any, bound: Bound, path: str, found: Verdict) -> No
             _differs(found, f"keys of {where}", shipped=sorted(a), fresh=sorted(b))
             return
         for key in sorted(a):
+            if key.endswith("sha256") and isinstance(a[key], str) and isinstance(b[key], str):
+                continue  # the hash of another file of the comparison, judged itself
             _compare_json(a[key], b[key], bound, f"{path}/{key}", found)
     elif isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):

@@ -1,6 +1,6 @@
 """``python -m kit audit`` (kit.audit.command, kit.audit.model, kit.audit.calibrate,
-kit.audit.screen): end to end on the two releases the default tests build, with a small
-conv net (within clean drift) and with the corpus's Pad-into-AveragePool case (beyond it,
+kit.audit.screen, and its benchmark kit.audit.bench): end to end on the two releases the
+default tests build, with a small conv net (within clean drift) and with the corpus's Pad-into-AveragePool case (beyond it,
 localised, named by the screen); the screen on every corpus case; the refusals before
 anything runs; the calibration's arithmetic."""
 
@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 
+from kit.audit.bench import bench_audit
 from kit.audit.calibrate import calibrate, scores, verdict
 from kit.audit.model import Cell, load_protocol
 from kit.audit.screen import affected, matches, screen
@@ -56,6 +57,9 @@ def test_a_small_conv_net_moves_within_clean_drift(convnet_onnx: Path, tmp_path:
     assert record["first_moving"] is None
     assert len(record["clean_pairs"]) == 8  # three other levels and two threads, per side
     assert "within clean drift" in (out / "index.html").read_text()
+    timed = bench_audit(out)  # the audit's time against the two runtimes' own inference
+    assert timed["floor_s"] > 0
+    assert timed["ratio"] == round(record["wall_s"] / timed["floor_s"], 1)
 
 
 def test_a_known_defect_is_beyond_clean_drift_localised_and_named(tmp_path: Path) -> None:

@@ -78,6 +78,19 @@ def test_json_records_compare_their_numbers_the_same_way(tmp_path: Path) -> None
     assert compare_file(fresh, shipped, "c.json", BOUND).where == "/name"
 
 
+def test_a_hash_of_another_file_is_not_compared_under_a_bound(tmp_path: Path) -> None:
+    """The record's hash of a table follows the table, which is judged itself; without a
+    bound the record must be identical, hash included."""
+    shipped, fresh = tmp_path / "a.json", tmp_path / "b.json"
+    shipped.write_text(json.dumps({"table_sha256": "a" * 64, "n": 3}))
+    fresh.write_text(json.dumps({"table_sha256": "b" * 64, "n": 3}))
+    assert compare_file(fresh, shipped, "c.json", BOUND).verdict == "within tolerance"
+    assert compare_file(fresh, shipped, "c.json", None).verdict == "differs"
+    fresh.write_text(json.dumps({"table": "b" * 64, "n": 3}))
+    shipped.write_text(json.dumps({"table": "a" * 64, "n": 3}))
+    assert compare_file(fresh, shipped, "c.json", BOUND).where == "/table"
+
+
 def test_the_declared_bounds_name_their_files_and_reasons() -> None:
     bounds = load_bounds()
     assert bound_for(bounds, "corpus", CASE) is not None

@@ -1,0 +1,64 @@
+"""``python -m kit bench --audit DIR``: a finished audit's wall time against its floor.
+
+The floor is the two runtimes' own inference time on the same inputs: the plain model
+under the audit's ``from`` cell and under its ``to`` cell, each in one in-process
+onnxruntime loop of that release's environment (``kit/runtime/floor.py``: sessions built
+once, no validation, no files). The audit does more than that on purpose (the clean pairs'
+eight more cells and the instrumented copy under every cell, each in the kit's worker),
+so the ratio says what the calibration and the localisation cost over the bare comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kit.audit.model import Cell
+from kit.errors import KitError
+from kit.files import canonical_json, read_json
+
+FLOOR = Path(__file__).resolve().parents[1] / "runtime" / "floor.py"
+
+
+def floor_seconds(cell: Cell, work: Path, rows: int) -> float:
+    """The plain model's inference time under ``cell``, in that release's environment."""
+    from kit.paths import cache_dir
+    from kit.runtime.runtimes import release_runtime
+    from kit.runtime.venvs import ensure_venv
+
+    runtime = release_runtime(cell.release)
+    python = ensure_venv(cache_dir() / "venvs" / runtime.name, runtime.lock)
+    job = {"model": "model.onnx", "inputs": "inputs.npz", "graph_optimization": cell.level,
+           "batch_size": rows}
+    with tempfile.TemporaryDirectory(prefix="kit-audit-bench-") as tmp:
+        spec = Path(tmp) / "jobs.json"
+        spec.write_bytes(canonical_json({"jobs": [job]}))
+        proc = subprocess.run([str(python), "-I", str(FLOOR), "--jobs", str(spec),
+                               "--in-root", str(work)], capture_output=True, text=True,
+                              check=False)
+    if proc.returncode != 0:
+        raise KitError(f"{work}: the floor run under {cell.name} failed: "
+                       f"{proc.stderr[-2000:]}")
+    return float(json.loads(proc.stdout)["seconds"])
+
+
+def bench_audit(report: Path) -> dict[str, Any]:
+    """The audit's wall time, its floor and their ratio (printed as JSON)."""
+    from kit.audit.model import batch_size, load_model
+
+    record = read_json(report / "audit.json")
+    if not isinstance(record, dict) or "wall_s" not in record:
+        raise KitError(f"{report / 'audit.json'}: no finished audit with runtimes (a "
+                       "--screen-only audit has no time to compare)")
+    work = report / "work"
+    rows = batch_size(load_model(work / "model.onnx"))
+    floor = sum(floor_seconds(Cell(**record["sides"][side]), work, rows)
+                for side in ("from", "to"))
+    result = {"model": record["model"], "audit_s": record["wall_s"],
+              "floor_s": round(floor, 3), "ratio": round(record["wall_s"] / floor, 1),
+              "cells": len(record["cells"]), "jobs": 2 * len(record["cells"])}
+    print(json.dumps(result))
+    return result
