@@ -164,3 +164,15 @@ def test_scores_and_the_median_envelope() -> None:
              for i in [np.arange(20)] * 4]
     assert verdict({"y": calibrate(noisy, clean[0], 10, alarm)},
                    alarm["false_alarm_rate"])[0] == "cannot calibrate"
+
+
+def test_a_work_folder_the_audit_did_not_make_is_refused(tmp_path: Path) -> None:
+    model, inputs = case_files(tmp_path, "pad-avgpool-fusion")
+    out = tmp_path / "report"
+    (out / "work").mkdir(parents=True)
+    (out / "work" / "mine.txt").write_text("kept")
+    proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
+                 "--out", str(out))
+    assert proc.returncode == 2
+    assert "holds no audit report" in proc.stderr
+    assert (out / "work" / "mine.txt").read_text() == "kept"

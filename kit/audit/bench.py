@@ -31,11 +31,13 @@ def floor_seconds(cell: Cell, work: Path, rows: int) -> float:
 
     runtime = release_runtime(cell.release)
     python = ensure_venv(cache_dir() / "venvs" / runtime.name, runtime.lock)
-    job = {"model": "model.onnx", "inputs": "inputs.npz", "graph_optimization": cell.level,
-           "batch_size": rows}
+    feeds = ["inputs.npz"] if (work / "inputs.npz").is_file() else \
+        sorted(p.name for p in work.glob("inputs-*.npz"))
+    jobs = [{"model": "model.onnx", "inputs": feed, "graph_optimization": cell.level,
+             "batch_size": rows} for feed in feeds]
     with tempfile.TemporaryDirectory(prefix="kit-audit-bench-") as tmp:
         spec = Path(tmp) / "jobs.json"
-        spec.write_bytes(canonical_json({"jobs": [job]}))
+        spec.write_bytes(canonical_json({"jobs": jobs}))
         proc = subprocess.run([str(python), "-I", str(FLOOR), "--jobs", str(spec),
                                "--in-root", str(work)], capture_output=True, text=True,
                               check=False)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import html
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,7 @@ from kit.audit.model import (
 )
 from kit.audit.screen import screen
 from kit.errors import KitError
-from kit.files import canonical_json, load_npz, write_atomic, write_npz
+from kit.files import canonical_json, load_npz, replace_folder, write_atomic, write_npz
 from kit.paths import ROOT
 from kit.runfolder import say
 
@@ -102,15 +104,30 @@ def run_command(args: argparse.Namespace) -> int:
 
 def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             protocol: dict[str, Any], out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Run every cell and graph, then calibrate, judge and localise."""
-    work = out / "work"
-    work.mkdir(parents=True, exist_ok=True)
+    """Run every cell and graph in a fresh work folder (renamed to ``out/work`` when
+    complete), then calibrate, judge and localise."""
+    if (out / "work").exists() and not (out / "audit.json").is_file():
+        raise KitError(f"{out / 'work'}: exists in a folder that holds no audit report; give "
+                       "another --out (an audit replaces only its own work folder)")
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".work.", suffix=".tmp", dir=out))
+    try:
+        found = _measure(model, arrays, sides, protocol, work, args)
+        replace_folder(work, out / "work")
+    finally:
+        if work.exists():
+            shutil.rmtree(work)
+    return found
+
+
+def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
+             protocol: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[str, Any]:
     write_atomic(work / GRAPHS["plain"], model.SerializeToString())
     exposed = probe(model, work / GRAPHS["probe"], protocol["localisation"]["op_types"])
-    write_npz(work / "inputs.npz", arrays)
+    feeds = write_inputs(work, arrays, batch_size(model))
     partners = {side: clean_partners(cell, protocol) for side, cell in sides.items()}
     cells = list(dict.fromkeys([*sides.values(), *(c for p in partners.values() for c in p)]))
-    outputs = run_cells(cells, work, batch_size(model), args)
+    outputs = run_cells(cells, work, feeds, batch_size(model), args)
     n = len(next(iter(arrays.values())))
     n_cal = -(-n * protocol["inputs"]["calibration_share"] // 1)
     n_cal = int(min(max(n_cal, 1), n - 1))
@@ -152,28 +169,48 @@ def describe(a: Any, b: Any, name: str) -> dict[str, Any]:
                 "fails" if fails.any() else "passes"}
 
 
-def run_cells(cells: list[Cell], work: Path, rows: int, args: argparse.Namespace
-              ) -> dict[tuple[Cell, str], dict[str, Any]]:
-    """Every cell and graph in the kit's worker, one batch per release."""
+def write_inputs(work: Path, arrays: dict[str, Any], rows: int) -> list[str]:
+    """The inputs file(s) the jobs read: one file, or one per input row for a model whose
+    first axis is fixed at 1 (the worker feeds a model only the shape it declares)."""
+    if rows != 1:
+        write_npz(work / "inputs.npz", arrays)
+        return ["inputs.npz"]
+    n = len(next(iter(arrays.values())))
+    for i in range(n):
+        write_npz(work / f"inputs-{i}.npz", {k: v[i:i + 1] for k, v in arrays.items()})
+    return [f"inputs-{i}.npz" for i in range(n)]
+
+
+def run_cells(cells: list[Cell], work: Path, feeds: list[str], rows: int,
+              args: argparse.Namespace) -> dict[tuple[Cell, str], dict[str, Any]]:
+    """Every cell, graph and inputs file in the kit's worker, one batch per release; each
+    cell's outputs stacked back in input order."""
     from kit.runtime.runtimes import release_runtime
     from kit.runtime.scale import Batch, run_batches
 
     jobs: dict[str, list[dict[str, Any]]] = {}
-    paths = {}
+    paths: dict[tuple[Cell, str], list[Path]] = {}
     for cell in cells:
         for graph, file in GRAPHS.items():
-            output = f"outputs/{cell.release}/{cell.level}-t{cell.threads}/{graph}.npz"
-            paths[(cell, graph)] = work / output
-            jobs.setdefault(cell.release, []).append({
-                "id": f"{cell.name}/{graph}", "model": file, "inputs": "inputs.npz",
-                "graph_optimization": cell.level, "intra_op_threads": cell.threads,
-                "output": output, "batch_size": rows})
+            for feed in feeds:
+                output = (f"outputs/{cell.release}/{cell.level}-t{cell.threads}/"
+                          f"{graph}-{feed}")
+                paths.setdefault((cell, graph), []).append(work / output)
+                jobs.setdefault(cell.release, []).append({
+                    "id": f"{cell.name}/{graph}/{feed}", "model": file, "inputs": feed,
+                    "graph_optimization": cell.level, "intra_op_threads": cell.threads,
+                    "output": output, "batch_size": rows})
     batches = [Batch(release_runtime(release), tuple(found), release)
                for release, found in jobs.items()]
     say(f"audit: {sum(len(j) for j in jobs.values())} jobs over {len(cells)} cells")
     run_batches(batches, work, work, backend=args.backend, scheduler=args.scheduler,
                 workers=args.workers, progress=say)
-    return {key: load_npz(path) for key, path in paths.items()}
+    found = {}
+    for key, files in paths.items():
+        parts = [load_npz(path) for path in files]
+        found[key] = {name: np.concatenate([part[name] for part in parts])
+                      for name in parts[0]}
+    return found
 
 
 def write_report(out: Path, record: dict[str, Any]) -> None:
