@@ -176,3 +176,24 @@ def test_a_work_folder_the_audit_did_not_make_is_refused(tmp_path: Path) -> None
     assert proc.returncode == 2
     assert "holds no audit report" in proc.stderr
     assert (out / "work" / "mine.txt").read_text() == "kept"
+
+
+def test_a_fixed_first_axis_takes_whole_runs_of_it(tmp_path: Path) -> None:
+    model, inputs = case_files(tmp_path, "pad-avgpool-fusion")
+    graph = onnx.load(str(model))
+    for value in (*graph.graph.input, *graph.graph.output):
+        value.type.tensor_type.shape.dim[0].dim_value = 2
+    onnx.save(graph, str(model))
+    np.savez(inputs, x=np.load(inputs)["x"][:3])
+    proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
+                 "--out", str(tmp_path / "report"))
+    assert proc.returncode == 2
+    assert "fixes its first axis at 2, so the rows (3) must come in whole runs" in proc.stderr
+    np.savez(inputs, x=np.load(inputs)["x"][:2].repeat(2, axis=0))
+    proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
+                 "--out", str(tmp_path / "report"), "--workers", "1")
+    assert proc.returncode == 1, proc.stderr[-2000:]  # two runs of two rows: the defect
+    record = json.loads((tmp_path / "report" / "audit.json").read_text())
+    assert record["verdict"] == "beyond clean drift"
+    assert sorted(p.name for p in (tmp_path / "report" / "work").glob("inputs-*.npz")) == \
+        ["inputs-00000.npz", "inputs-00001.npz"]

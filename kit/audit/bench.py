@@ -49,14 +49,14 @@ def floor_seconds(cell: Cell, work: Path, rows: int) -> float:
 
 def bench_audit(report: Path) -> dict[str, Any]:
     """The audit's wall time, its floor and their ratio (printed as JSON)."""
-    from kit.audit.model import batch_size, load_model
+    from kit.audit.model import fixed_batch, load_model
 
     record = read_json(report / "audit.json")
     if not isinstance(record, dict) or "wall_s" not in record:
         raise KitError(f"{report / 'audit.json'}: no finished audit with runtimes (a "
                        "--screen-only audit has no time to compare)")
     work = report / "work"
-    rows = batch_size(load_model(work / "model.onnx"))
+    rows = fixed_batch(load_model(work / "model.onnx")) or 64
     floor = round(sum(floor_seconds(Cell(**record["sides"][side]), work, rows)
                       for side in ("from", "to")), 4)
     result = {"model": record["model"], "audit_s": record["wall_s"],

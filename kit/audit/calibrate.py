@@ -100,10 +100,11 @@ def verdict(calibrations: dict[str, Calibration], rate: float) -> tuple[str, str
 
 
 def flips(a: Array, b: Array) -> int | None:
-    """Inputs whose argmax differs, where the output is a score vector (inputs, classes);
-    None otherwise."""
-    if a.ndim != 2 or a.shape[1] < 2:
+    """Inputs whose argmax differs, where the output is a score vector (inputs, classes,
+    then only axes of size 1); None otherwise."""
+    if a.ndim < 2 or a.shape[1] < 2 or any(n != 1 for n in a.shape[2:]):
         return None
+    a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
     return int((np.argmax(a, axis=1) != np.argmax(b, axis=1)).sum())
 
 

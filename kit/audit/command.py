@@ -31,8 +31,8 @@ import numpy as np
 from kit.audit.calibrate import calibrate, first_moving, flips, verdict
 from kit.audit.model import (
     Cell,
-    batch_size,
     check_inputs,
+    fixed_batch,
     load_model,
     load_protocol,
     parse_cell,
@@ -124,10 +124,11 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
              protocol: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[str, Any]:
     write_atomic(work / GRAPHS["plain"], model.SerializeToString())
     exposed = probe(model, work / GRAPHS["probe"], protocol["localisation"]["op_types"])
-    feeds = write_inputs(work, arrays, batch_size(model))
+    fixed = fixed_batch(model)
+    feeds = write_inputs(work, arrays, fixed)
     partners = {side: clean_partners(cell, protocol) for side, cell in sides.items()}
     cells = list(dict.fromkeys([*sides.values(), *(c for p in partners.values() for c in p)]))
-    outputs = run_cells(cells, work, feeds, batch_size(model), args)
+    outputs = run_cells(cells, work, feeds, fixed or 64, args)
     n = len(next(iter(arrays.values())))
     n_cal = -(-n * protocol["inputs"]["calibration_share"] // 1)
     n_cal = int(min(max(n_cal, 1), n - 1))
@@ -169,16 +170,17 @@ def describe(a: Any, b: Any, name: str) -> dict[str, Any]:
                 "fails" if fails.any() else "passes"}
 
 
-def write_inputs(work: Path, arrays: dict[str, Any], rows: int) -> list[str]:
-    """The inputs file(s) the jobs read: one file, or one per input row for a model whose
-    first axis is fixed at 1 (the worker feeds a model only the shape it declares)."""
-    if rows != 1:
+def write_inputs(work: Path, arrays: dict[str, Any], fixed: int | None) -> list[str]:
+    """The inputs file(s) the jobs read: one file, or one per run for a model whose first
+    axis is fixed (the worker feeds a model only the shape it declares)."""
+    if fixed is None:
         write_npz(work / "inputs.npz", arrays)
         return ["inputs.npz"]
     n = len(next(iter(arrays.values())))
-    for i in range(n):
-        write_npz(work / f"inputs-{i}.npz", {k: v[i:i + 1] for k, v in arrays.items()})
-    return [f"inputs-{i}.npz" for i in range(n)]
+    for i in range(0, n, fixed):
+        write_npz(work / f"inputs-{i // fixed:05d}.npz",
+                  {k: v[i:i + fixed] for k, v in arrays.items()})
+    return [f"inputs-{i:05d}.npz" for i in range(n // fixed)]
 
 
 def run_cells(cells: list[Cell], work: Path, feeds: list[str], rows: int,

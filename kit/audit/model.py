@@ -115,13 +115,19 @@ def check_inputs(model: onnx.ModelProto, path: Path, minimum: int
         raise FileFormatError(f"{path}: every input needs the same number of rows, at least "
                               f"{minimum} (half calibrate, half are held out); found "
                               f"{sorted(counts)}")
+    fixed = fixed_batch(model)
+    if fixed and min(counts) % fixed:
+        raise FileFormatError(f"{path}: the model fixes its first axis at {fixed}, so the "
+                              f"rows ({min(counts)}) must come in whole runs of {fixed}")
     return arrays
 
 
-def batch_size(model: onnx.ModelProto) -> int:
-    """1 when an input's first axis is fixed at 1 (the model takes one row a run), else 64."""
-    return 1 if any(dims and dims[0] == 1 for _, dims in graph_inputs(model).values()) \
-        else 64
+def fixed_batch(model: onnx.ModelProto) -> int | None:
+    """The first axis of the model's inputs where the graph fixes it (the worker feeds a
+    model only the shape it declares), else None."""
+    fixed = {dims[0] for _, dims in graph_inputs(model).values()
+             if dims and isinstance(dims[0], int) and dims[0] > 0}
+    return max(fixed) if fixed else None
 
 
 def probe(model: onnx.ModelProto, target: Path, op_types: list[str]) -> list[dict[str, str]]:
