@@ -209,15 +209,49 @@ def parser(doc: str) -> argparse.ArgumentParser:
 
 
 def _add_reproduce_all(add: Add) -> None:
-    from kit.reproduce.command import add_arguments
-
-    add_arguments(add("reproduce-all", help="every study into runs/, shipped into a fresh "
-                                            "folder, the claims recomputed from it"))
+    _reproduce_all_arguments(add("reproduce-all", help="every study into runs/, shipped into "
+                                                       "a fresh folder, the claims recomputed "
+                                                       "from it"))
 
 
 def _add_audit(add: Add) -> None:
-    from kit.audit.command import add_arguments
-
-    add_arguments(add("audit", help="does an onnxruntime upgrade change a model's outputs "
+    _audit_arguments(add("audit", help="does an onnxruntime upgrade change a model's outputs "
                                     "beyond clean drift, where first, and does a known "
                                     "defect touch it"))
+
+
+def _reproduce_all_arguments(parser: argparse.ArgumentParser) -> None:
+    from kit.reproduce.steps import STUDIES
+
+    parser.add_argument("--only", nargs="+", metavar="STUDY",
+                        help=f"only these studies ({', '.join(STUDIES)}; default all)")
+    parser.add_argument("--small", action="store_true",
+                        help="every study's small configuration (minutes), into runs/small; "
+                             "nothing is compared with the shipped evidence")
+    parser.add_argument("--models", choices=["auto", "shipped", "train"], default="auto",
+                        help="the drift study's digits models: start from the shipped ones, "
+                             "retrain, or (auto) retrain only on a CPU like the one that made "
+                             "the evidence")
+    parser.add_argument("--without-physicsnemo", action="store_true",
+                        help="leave out the PhysicsNeMo MeshGraphNet (its claims then change "
+                             "status, and the verdict says so)")
+    parser.add_argument("--runs", type=Path, metavar="DIR",
+                        help="runs root (default runs/, or runs/small with --small)")
+    parser.add_argument("--plan", action="store_true", help="print the plan and stop")
+    parser.add_argument("--backend", choices=["docker", "venv"])
+    add_scale_options(parser)
+
+
+def _audit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", type=Path, help="the ONNX model to audit")
+    parser.add_argument("--inputs", type=Path, required=True,
+                        help=".npz with one array per model input, inputs along the first axis")
+    parser.add_argument("--from", dest="source", required=True, metavar="RELEASE[/LEVEL]",
+                        help="the release (and level; default enable_all) the model runs on")
+    parser.add_argument("--to", dest="target", required=True, metavar="RELEASE[/LEVEL]",
+                        help="the release (and level) it moves to")
+    parser.add_argument("--out", type=Path, help="report folder (default runs/audit/<model>)")
+    parser.add_argument("--screen-only", action="store_true",
+                        help="the static screen alone: no runtime, seconds")
+    parser.add_argument("--backend", choices=["docker", "venv"])
+    add_scale_options(parser)

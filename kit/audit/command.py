@@ -47,23 +47,6 @@ from kit.runfolder import say
 GRAPHS = {"plain": "model.onnx", "probe": "probe.onnx"}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from kit.cli import add_scale_options
-
-    parser.add_argument("model", type=Path, help="the ONNX model to audit")
-    parser.add_argument("--inputs", type=Path, required=True,
-                        help=".npz with one array per model input, inputs along the first axis")
-    parser.add_argument("--from", dest="source", required=True, metavar="RELEASE[/LEVEL]",
-                        help="the release (and level; default enable_all) the model runs on")
-    parser.add_argument("--to", dest="target", required=True, metavar="RELEASE[/LEVEL]",
-                        help="the release (and level) it moves to")
-    parser.add_argument("--out", type=Path, help="report folder (default runs/audit/<model>)")
-    parser.add_argument("--screen-only", action="store_true",
-                        help="the static screen alone: no runtime, seconds")
-    parser.add_argument("--backend", choices=["docker", "venv"])
-    add_scale_options(parser)
-
-
 def clean_partners(side: Cell, protocol: dict[str, Any]) -> list[Cell]:
     """The clean pairs' other cells for one side (the protocol's rule)."""
     pairs = protocol["clean_pairs"]

@@ -40,34 +40,12 @@ from kit.errors import KitError
 from kit.files import canonical_json, read_json, write_atomic
 from kit.paths import ROOT
 from kit.reproduce.plan import Clock, load_costs, minutes, print_plan
-from kit.reproduce.steps import STUDIES, Options, finished, identity, run_step, steps_for
+from kit.reproduce.steps import Options, finished, identity, run_step, steps_for
 from kit.runfolder import MACHINE, cpu_seconds, say
 from kit.runlock import hold
 
 STATE = "state.json"
 SHIPPED_MACHINE = ROOT / "claims" / "drift" / "evidence" / "digits" / MACHINE
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from kit.cli import add_scale_options
-
-    parser.add_argument("--only", nargs="+", metavar="STUDY",
-                        help=f"only these studies ({', '.join(STUDIES)}; default all)")
-    parser.add_argument("--small", action="store_true",
-                        help="every study's small configuration (minutes), into runs/small; "
-                             "nothing is compared with the shipped evidence")
-    parser.add_argument("--models", choices=["auto", "shipped", "train"], default="auto",
-                        help="the drift study's digits models: start from the shipped ones, "
-                             "retrain, or (auto) retrain only on a CPU like the one that made "
-                             "the evidence")
-    parser.add_argument("--without-physicsnemo", action="store_true",
-                        help="leave out the PhysicsNeMo MeshGraphNet (its claims then change "
-                             "status, and the verdict says so)")
-    parser.add_argument("--runs", type=Path, metavar="DIR",
-                        help="runs root (default runs/, or runs/small with --small)")
-    parser.add_argument("--plan", action="store_true", help="print the plan and stop")
-    parser.add_argument("--backend", choices=["docker", "venv"])
-    add_scale_options(parser)
 
 
 def same_kernels(shipped: Path = SHIPPED_MACHINE) -> bool:
