@@ -244,8 +244,9 @@ def _reproduce_all_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=Path, help="the ONNX model to audit")
-    parser.add_argument("--inputs", type=Path, required=True,
-                        help=".npz with one array per model input, inputs along the first axis")
+    parser.add_argument("--inputs", type=Path,
+                        help=".npz with one array per model input, inputs along the first axis "
+                             "(not needed with --screen-only)")
     parser.add_argument("--from", dest="source", required=True, metavar="RELEASE[/LEVEL]",
                         help="the release (and level; default enable_all) the model runs on")
     parser.add_argument("--to", dest="target", required=True, metavar="RELEASE[/LEVEL]",

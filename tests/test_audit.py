@@ -197,3 +197,19 @@ def test_a_fixed_first_axis_takes_whole_runs_of_it(tmp_path: Path) -> None:
     assert record["verdict"] == "beyond clean drift"
     assert sorted(p.name for p in (tmp_path / "report" / "work").glob("inputs-*.npz")) == \
         ["inputs-00000.npz", "inputs-00001.npz"]
+
+
+def test_the_screen_alone_needs_no_inputs_and_no_runtime(tmp_path: Path) -> None:
+    model, _ = case_files(tmp_path, "avgpool-ceil-include-pad")
+    out = tmp_path / "report"
+    proc = audit(str(model), "--screen-only", "--from", "1.28.0/disable_all", "--to",
+                 "1.29.0/disable_all", "--out", str(out))
+    assert proc.returncode == 1  # a known defect affects the from side
+    record = json.loads((out / "audit.json").read_text())
+    assert record["verdict"] == "screen only"
+    assert [(r["case"], r["from"], r["to"]) for r in record["screen"]] == \
+        [("avgpool-ceil-include-pad", "affected", "fixed")]
+    assert not (out / "work").exists()
+    proc = audit(str(model), "--from", "1.28.0", "--to", "1.29.0", "--out", str(out))
+    assert proc.returncode == 2
+    assert "--inputs X.npz is needed" in proc.stderr

@@ -63,15 +63,18 @@ def run_command(args: argparse.Namespace) -> int:
              "to": parse_cell(args.target, "--to", protocol)}
     check_release_pair(sides)
     model = load_model(args.model)
-    minimum = protocol["inputs"]["minimum"]
-    arrays = check_inputs(model, args.inputs, minimum)
+    if args.inputs is None and not args.screen_only:
+        raise KitError("audit: --inputs X.npz is needed to run the model (or --screen-only "
+                       "for the static screen alone)")
+    arrays = None if args.inputs is None else \
+        check_inputs(model, args.inputs, protocol["inputs"]["minimum"])
     out = args.out or ROOT / "runs" / "audit" / args.model.stem
     known = screen(model, sides, protocol)
-    record: dict[str, Any] = {"model": str(args.model), "inputs": str(args.inputs),
+    record: dict[str, Any] = {"model": str(args.model), "inputs": str(args.inputs or ""),
                               "sides": {k: v.__dict__ for k, v in sides.items()},
                               "protocol_version": protocol["version"], "screen": known}
     touched = [row["case"] for row in known if "affected" in (row["from"], row["to"])]
-    if not args.screen_only:
+    if arrays is not None and not args.screen_only:
         started = time.monotonic()
         record.update(measure(model, arrays, sides, protocol, out, args))
         record["wall_s"] = round(time.monotonic() - started, 1)
