@@ -115,10 +115,10 @@ def reproduce_all(o: Options, steps: list[str], plan_only: bool = False) -> int:
             clock.finish(step)
             say(f"{where}: done in {minutes(state[step]['wall_s'])} wall, "
                 f"{state[step]['cpu_s']:.0f} CPU s; {clock.line(time.monotonic())}")
-        return judge(o, steps, folder, state)
+        return judge(o, steps, folder)
 
 
-def judge(o: Options, steps: list[str], folder: Path, state: dict[str, Any]) -> int:
+def judge(o: Options, steps: list[str], folder: Path) -> int:
     """Ship every finished study into ``folder/fresh`` and judge it (module docstring)."""
     fresh = folder / "fresh"
     for step in steps:
