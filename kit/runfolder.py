@@ -42,6 +42,7 @@ from kit.files import canonical_json, read_json, sha256, write_atomic
 from kit.paths import ROOT
 
 MANIFEST = "manifest.json"
+SHIPPED_MANIFEST = "run-manifest.json"  # the run manifest, as ship names it beside the evidence
 TIMINGS = "timings.json"
 MACHINE = "machine.json"
 REPLAY = "replay.json"

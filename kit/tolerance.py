@@ -7,9 +7,10 @@
                       with the same keys and strings
     differs           anything else: the first file, array (or JSON path) and element named
 
-Under a bound, a JSON field whose name ends in ``sha256`` is the hash of another evidence
-file, which is judged itself, so it is not compared (a file without a bound must be
-identical byte for byte, hashes included).
+Under a bound, a JSON field whose name ends in ``sha256``, and every value of a ``.sha256``
+file (file name to hash), is the hash of another evidence file, which is judged itself, so
+it is not compared: only the names must agree (a file without a bound must be identical
+byte for byte, hashes included).
 
 The bounds are declared once, per study and kind of file, each with its reason, in
 ``kit/protocols/tolerances.yaml`` (schema ``tolerances.schema.json``; under the evidence root
@@ -84,6 +85,10 @@ def compare_file(fresh: Path, shipped: Path, name: str, bound: Bound | None) -> 
     found = Verdict(name, "within tolerance", bound=f"atol {bound.atol:g}, rtol {bound.rtol:g}")
     if name.endswith(".npz"):
         _compare_arrays(load_npz(shipped), load_npz(fresh), bound, found)
+    elif name.endswith(".sha256"):  # file name -> hash of a file judged itself
+        a, b = read_json(shipped), read_json(fresh)
+        if not (isinstance(a, dict) and isinstance(b, dict)) or sorted(a) != sorted(b):
+            _differs(found, "the files it lists", shipped=a, fresh=b)
     elif name.endswith(".json"):
         _compare_json(read_json(shipped), read_json(fresh), bound, "", found)
     else:

@@ -15,7 +15,7 @@ import pytest
 
 from kit.claims.fresh import fresh_report, verdict, verify_fresh
 from kit.errors import KitError
-from kit.files import load_npz, write_npz
+from kit.files import load_npz, sha256, write_npz
 from kit.paths import ROOT
 from kit.tolerance import Bound, bound_for, compare_file, load_bounds
 
@@ -95,7 +95,8 @@ def test_the_declared_bounds_name_their_files_and_reasons() -> None:
     bounds = load_bounds()
     assert bound_for(bounds, "corpus", CASE) is not None
     assert bound_for(bounds, "corpus", "cases/x/model.onnx") is None
-    assert bound_for(bounds, "drift", "score/cases/cand-rot10-bilinear.npz") is None
+    assert bound_for(bounds, "drift", "score/cases/cand-rot10-bilinear.npz") is not None
+    assert bound_for(bounds, "drift", "fetch/models/resnet20.onnx") is None
     assert all(len(b.reason) > 40 for b in bounds)
 
 
@@ -117,10 +118,19 @@ def _nudge(path: Path, by: float) -> None:
 
 
 def test_a_fresh_run_within_tolerance_holds(fresh: Path, tmp_path: Path) -> None:
+    """As a rebuild on another CPU gives it: the reference moves within its bound, and the
+    case's hash record and the run manifest follow it (hashes of a judged file; the run
+    manifest stays outside the comparison)."""
     _nudge(fresh / CORPUS / CASE, 2e-7)
+    hashes = fresh / CORPUS / CASE.replace("reference.npz", "outputs/inputs.sha256")
+    record = json.loads(hashes.read_text())
+    record["reference.npz"] = sha256(fresh / CORPUS / CASE)
+    hashes.write_text(json.dumps(record))
+    manifest = fresh / CORPUS / "run-manifest.json"
+    manifest.write_text(manifest.read_text().replace("0", "1", 1))
     report = fresh_report(fresh)
     corpus = report["studies"]["corpus/kit"]
-    assert corpus["files"]["counts"]["within tolerance"] == 1
+    assert corpus["files"]["counts"]["within tolerance"] == 2
     assert corpus["files"]["counts"]["differs"] == 0
     assert corpus["status_diff"] == []
     assert verdict(report, status_only=False)

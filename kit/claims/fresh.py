@@ -26,7 +26,7 @@ from kit.claims.ledger import Outcome, clear_cache, evaluate, load_ledger
 from kit.errors import KitError
 from kit.files import canonical_json, plain_files, write_atomic
 from kit.paths import ROOT
-from kit.runfolder import UNHASHED
+from kit.runfolder import SHIPPED_MANIFEST, UNHASHED
 from kit.tolerance import compare_folders, load_bounds, summary
 
 
@@ -46,7 +46,8 @@ def fresh_report(fresh: Path, root: Path = ROOT) -> dict[str, Any]:
                 continue
             shipped_files = [p.relative_to(root / folder).as_posix()
                              for p in plain_files(root / folder)[0]]
-            names = [n for n in shipped_files if n.split("/")[-1] not in UNHASHED]
+            names = [n for n in shipped_files
+                     if n.split("/")[-1] not in (SHIPPED_MANIFEST, *UNHASHED)]
             verdicts = compare_folders(fresh / folder, root / folder, ledger["study"], names,
                                        bounds)
             studies[f"{ledger['study']}/{name}"] = {

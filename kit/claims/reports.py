@@ -31,6 +31,7 @@ from kit.errors import KitError
 from kit.files import read_json, replace_folder, sha256, write_atomic
 from kit.paths import ROOT
 from kit.reporting import MEASURE, STYLE, pyplot
+from kit.runfolder import SHIPPED_MANIFEST
 
 REPORTS_MARK = ".kit-reports"  # written into DIR: an earlier output that may be replaced
 
@@ -53,7 +54,7 @@ def _drift(evidence: Path, out: Path) -> Path:
     run = Run(evidence)
     provenance = {"evidence": evidence.relative_to(ROOT),
                   "substrate": run.record("fetch")["substrate"],
-                  "run manifest sha256": sha256(evidence / "run-manifest.json")}
+                  "run manifest sha256": sha256(evidence / SHIPPED_MANIFEST)}
     if (evidence / "machine.json").is_file():
         provenance.update({f"machine {k}": v for k, v in
                            read_json(evidence / "machine.json").items()})

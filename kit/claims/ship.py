@@ -25,7 +25,7 @@ from kit.claims.coverage import write_manifests
 from kit.errors import FileFormatError, KitError
 from kit.files import read_json, replace_folder
 from kit.paths import ROOT
-from kit.runfolder import MACHINE, MANIFEST, REPLAY, inside, plain_name
+from kit.runfolder import MACHINE, MANIFEST, REPLAY, SHIPPED_MANIFEST, inside, plain_name
 
 # The drift study's records and tables (and on digits its trained models, _model_files).
 SHIPPED = ("score/protocol.yaml", "fetch/fetch.json", "split/split.json", "fault/fault.json",
@@ -117,7 +117,7 @@ def _ship_files(run: Path, root: Path, where: tuple[str, str], names: list[str],
     claims = root / "claims"
     target = claims / where[0] / "evidence" / where[1]
     copies = [(inside(run, name, source, "a listed file"), name) for name in names]
-    copies += [(run / MANIFEST, "run-manifest.json")]
+    copies += [(run / MANIFEST, SHIPPED_MANIFEST)]
     copies += [(run / name, name) for name in (REPLAY, MACHINE) if (run / name).is_file()]
     for path, _ in copies:
         if not path.is_file():

@@ -46,7 +46,7 @@ from kit.drift.protocol import load_protocol
 from kit.errors import KitError
 from kit.files import canonical_json, plain_files, sha256, write_atomic
 from kit.paths import ROOT
-from kit.runfolder import UNHASHED
+from kit.runfolder import SHIPPED_MANIFEST, UNHASHED
 from kit.schema import problems as schema_problems
 
 
@@ -146,7 +146,7 @@ def _shipped_run_problems(manifest: Path) -> list[str]:
     problems = []
     for path in plain_files(folder)[0]:  # a link is refused by coverage_problems
         name = relative(path, folder)
-        if name in ("run-manifest.json", *UNHASHED):
+        if name in (SHIPPED_MANIFEST, *UNHASHED):
             continue
         if name not in listed:
             problems.append(f"{path}: shipped but not in {manifest}")

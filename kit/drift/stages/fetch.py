@@ -40,13 +40,12 @@ from kit.drift.models import load_checkpoint
 from kit.errors import KitError
 from kit.files import canonical_json, read_json, sha256, write_atomic, write_npz
 from kit.paths import ROOT, cache_dir
-from kit.runfolder import TRAINING_CACHE, Progress, Run
+from kit.runfolder import SHIPPED_MANIFEST, TRAINING_CACHE, Progress, Run
 
 SUBSTRATES = ("digits", "cifar100")
 MODEL_SOURCES = ("train", "shipped")
 # The shipped digits evidence, whose fetch/models are the shipped models.
 SHIPPED_DIGITS = ROOT / "claims" / "drift" / "evidence" / "digits"
-SHIPPED_MANIFEST = "run-manifest.json"  # the run manifest as ship names it
 # images, labels, normalisation mean, std, and per model (weights file, its provenance)
 Loaded = tuple[Any, Any, list[float], list[float], dict[str, tuple[Path, dict[str, Any]]]]
 
