@@ -179,3 +179,17 @@ def test_a_changed_shipped_model_or_another_recipe_is_refused(tmp_path: Path) ->
         run_fetch(small, Run(tmp_path / "b"), "digits", source="shipped")
     with pytest.raises(KitError, match="digits only"):
         run_fetch(small, Run(tmp_path / "c"), "cifar100", source="shipped")
+
+
+def test_the_models_come_from_the_evidence_where_the_kernels_differ(tmp_path: Path) -> None:
+    """auto retrains only where this machine picks the evidence machine's kernels."""
+    from kit.reproduce.command import SHIPPED_MACHINE, same_kernels
+    from kit.runtime.machine import fingerprint
+
+    assert SHIPPED_MACHINE.is_file()
+    here = tmp_path / "machine.json"
+    here.write_text(json.dumps({**fingerprint(), "cpu": "another model",
+                                "cpu_flags_sha256": "0" * 64}))
+    assert same_kernels(here)  # the model string and the other flags do not pick kernels
+    here.write_text(json.dumps({**fingerprint(), "isa": ["sse4_2", "avx", "avx2", "fma"]}))
+    assert not same_kernels(here) or fingerprint()["isa"] == ["sse4_2", "avx", "avx2", "fma"]
