@@ -136,6 +136,8 @@ def test_expected_time_and_disk_refusal(tmp_path: Path, monkeypatch: pytest.Monk
         print_plan(["drift", "sweep"], set(), costs, tmp_path)
     print_plan(["drift", "sweep"], {"sweep"}, costs, tmp_path)  # a kept step needs no disk
     assert "sweep: finished, kept" in capsys.readouterr().err
+    print_plan(["drift", "sweep"], set(), costs, tmp_path, refuse=False)  # --plan: says so
+    assert "not enough disk to run" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="no recorded cost for corpus"):
         print_plan(["corpus"], set(), costs, tmp_path)
 

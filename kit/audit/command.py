@@ -134,6 +134,8 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
                                              outputs[(sides["to"], "plain")][name], name)}
             for name, c in plain.items()}
     probed = judge("probe")
+    for path in work.glob("outputs/*/*/probe-*"):  # every activation of every input: scored
+        path.unlink()
     pairs = [f"{side.name} vs {p.name}" for key, side in sides.items() for p in partners[key]]
     return {"verdict": found, "why": why, "outputs": rows, "inputs_n": n, "calibration_n": n_cal,
             "clean_pairs": pairs,

@@ -88,7 +88,7 @@ def reproduce_all(o: Options, steps: list[str], plan_only: bool = False) -> int:
         kept = {s for s in steps if state.get(s, {}).get("identity") == identity(o, s)
                 and finished(o, s)}
         costs = load_costs(o.small)
-        print_plan(steps, kept, costs, o.runs)
+        print_plan(steps, kept, costs, o.runs, refuse=not plan_only)
         if plan_only:
             return 0
         cores = os.cpu_count() or 1

@@ -61,9 +61,11 @@ def minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
-def print_plan(steps: list[str], kept: set[str], costs: dict[str, Cost], runs: Path) -> float:
+def print_plan(steps: list[str], kept: set[str], costs: dict[str, Cost], runs: Path,
+               refuse: bool = True) -> float:
     """Print the steps, what each needs on disk and how long it should take here; refuse
-    when the steps to run need more disk than is free. Returns the expected seconds."""
+    (``refuse``) or warn when the steps to run need more disk than is free. Returns the
+    expected seconds."""
     cores = os.cpu_count() or 1
     missing = [s for s in steps if s not in costs]
     if missing:
@@ -83,8 +85,11 @@ def print_plan(steps: list[str], kept: set[str], costs: dict[str, Cost], runs: P
     runs.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(runs).free / 2**20
     if disk > free:
-        raise KitError(f"{runs}: {free:.0f} MB free, the plan needs about {disk:.0f} MB; free "
-                       "space or give another --runs folder")
+        short = (f"{runs}: {free:.0f} MB free, the plan needs about {disk:.0f} MB; free "
+                 "space or give another --runs folder")
+        if refuse:
+            raise KitError(short)
+        say(f"reproduce-all: not enough disk to run: {short}")
     return total
 
 

@@ -5,6 +5,7 @@ good run replaces its target and nothing beside it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -19,14 +20,18 @@ def listing(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
 
 
-def crafted(tmp_path: Path, substrate: str, table: str) -> tuple[Path, Path]:
-    """(a finished-looking run folder naming ``substrate`` and one table ``table``, a
-    checkout holding ``claims/`` and a victim folder beside it)."""
+def crafted(tmp_path: Path, substrate: str, table: str, model: str = "fetch/models/m.onnx"
+            ) -> tuple[Path, Path]:
+    """(a finished-looking run folder naming ``substrate``, one table ``table`` and one
+    digits model ``model``, a checkout holding ``claims/`` and a victim folder beside it)."""
     run, root = tmp_path / "run", tmp_path / "repo"
     for name in SHIPPED:
         (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_text("{}")
-    (run / "fetch" / "fetch.json").write_text(f'{{"substrate": "{substrate}"}}')
+    (run / "fetch" / "fetch.json").write_text(json.dumps(
+        {"substrate": substrate, "models": {"m": {"onnx": model}}}))
+    (run / "fetch" / "models").mkdir()
+    (run / "fetch" / "models" / "m.onnx").write_text("a model")
     (run / "score" / "score.json").write_text(f'{{"tables": {{"primary": {{"path": "{table}"}}}}}}')
     (run / "score" / "t.csv").write_text("a,b\n")
     (run / "manifest.json").write_text('{"files": {}}')
@@ -45,16 +50,19 @@ def crafted(tmp_path: Path, substrate: str, table: str) -> tuple[Path, Path]:
     ("digits", "score\\\\t.csv", "tables.primary.path 'score\\\\t.csv' is not"),  # one backslash
     ("digits", "score//t.csv", "tables.primary.path 'score//t.csv' is not"),
     ("digits", "score/" + "t" * 300, "is not a relative path of plain names"),
+    ("digits", "score/t.csv", "models.m.onnx '../outside.txt' is not a relative"),
 ])
 def test_a_crafted_record_is_refused_naming_the_file_and_field(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         substrate: str, table: str, field: str) -> None:
-    run, root = crafted(tmp_path, substrate, table)
+    model = "../outside.txt" if "models" in field else "fetch/models/m.onnx"
+    run, root = crafted(tmp_path, substrate, table, model)
     monkeypatch.setattr(shipping, "ROOT", root)
     before, run_before = listing(tmp_path), listing(run)
     assert main(["ship", "--run", str(run)]) == 2
     err = capsys.readouterr().err
-    record = "fetch/fetch.json" if "substrate" in field else "score/score.json"
+    record = "fetch/fetch.json" if "substrate" in field or "models" in field \
+        else "score/score.json"
     assert err.startswith(f"kit: error: {run.resolve() / record}: ") or \
         err.startswith(f"kit: error: {run / record}: ")
     assert field in err
