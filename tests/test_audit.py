@@ -57,6 +57,8 @@ def test_a_small_conv_net_moves_within_clean_drift(convnet_onnx: Path, tmp_path:
     assert record["first_moving"] is None
     assert len(record["clean_pairs"]) == 8  # three other levels and two threads, per side
     assert "within clean drift" in (out / "index.html").read_text()
+    kept = sorted(p.name for p in (out / "work" / "outputs").rglob("*.npz"))
+    assert kept == ["plain-inputs.npz"] * 10  # the instrumented outputs scored and removed
     timed = bench_audit(out)  # the audit's time against the two runtimes' own inference
     assert timed["floor_s"] > 0
     assert timed["ratio"] == round(record["wall_s"] / timed["floor_s"], 1)
