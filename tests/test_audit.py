@@ -80,6 +80,10 @@ def test_a_known_defect_is_beyond_clean_drift_localised_and_named(tmp_path: Path
     assert (row["case"], row["from"], row["to"], row["fixed_in"]) == \
         ("pad-avgpool-fusion", "affected", "fixed", "1.21.1")
     assert record["known_defects_affecting"] == ["pad-avgpool-fusion"]
+    # inside the affected release the level pair that fuses carries the defect: named
+    unstable = [record["clean_pairs"][i] for i in record["outputs"]["y"]["unstable"]]
+    assert "1.20.1/enable_all/t1 vs 1.20.1/disable_all/t1" in unstable
+    assert "1.20.1/enable_all/t1 vs 1.20.1/disable_all/t1" in (out / "index.html").read_text()
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

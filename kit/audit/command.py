@@ -217,11 +217,13 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
     if record.get("outputs"):
         parts.append("<h2>Outputs</h2><table><tr><th>output</th><th>max abs</th><th>max rel"
                      "</th><th>bit-identical</th><th>flips</th><th>Polygraphy</th><th>tau</th>"
-                     "<th>audited alarm share</th></tr>")
+                     "<th>audited alarm share</th><th>unstable clean pairs</th></tr>")
+        pairs = record.get("clean_pairs", [])
         parts += [f"<tr><td>{e(n)}</td><td>{r['max_abs']:.3g}</td><td>{r['max_rel']:.3g}</td>"
                   f"<td>{r['identical_share']:.0%}</td><td>{r['flips']}</td>"
                   f"<td>{e(r['polygraphy_verdict'])} ({r['polygraphy_fails']})</td>"
-                  f"<td>{r['tau']:.3g}</td><td>{r['audited_rate']:.0%}</td></tr>"
+                  f"<td>{r['tau']:.3g}</td><td>{r['audited_rate']:.0%}</td>"
+                  f"<td>{e('; '.join(pairs[i] for i in r['unstable']) or 'none')}</td></tr>"
                   for n, r in record["outputs"].items()]
         parts.append("</table>")
         moving = record.get("first_moving")
