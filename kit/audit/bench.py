@@ -11,40 +11,24 @@ so the ratio says what the calibration and the localisation cost over the bare c
 from __future__ import annotations
 
 import json
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from kit.audit.model import Cell
 from kit.errors import KitError
-from kit.files import canonical_json, read_json
-
-FLOOR = Path(__file__).resolve().parents[1] / "runtime" / "floor.py"
+from kit.files import read_json
 
 
-def floor_seconds(cell: Cell, work: Path, rows: int) -> float:
+def cell_floor(cell: Cell, work: Path, rows: int) -> float:
     """The plain model's inference time under ``cell``, in that release's environment."""
-    from kit.paths import cache_dir
+    from kit.runtime.backends import floor_seconds
     from kit.runtime.runtimes import release_runtime
-    from kit.runtime.venvs import ensure_venv
 
-    runtime = release_runtime(cell.release)
-    python = ensure_venv(cache_dir() / "venvs" / runtime.name, runtime.lock)
     feeds = ["inputs.npz"] if (work / "inputs.npz").is_file() else \
         sorted(p.name for p in work.glob("inputs-*.npz"))
     jobs = [{"model": "model.onnx", "inputs": feed, "graph_optimization": cell.level,
              "batch_size": rows} for feed in feeds]
-    with tempfile.TemporaryDirectory(prefix="kit-audit-bench-") as tmp:
-        spec = Path(tmp) / "jobs.json"
-        spec.write_bytes(canonical_json({"jobs": jobs}))
-        proc = subprocess.run([str(python), "-I", str(FLOOR), "--jobs", str(spec),
-                               "--in-root", str(work)], capture_output=True, text=True,
-                              check=False)
-    if proc.returncode != 0:
-        raise KitError(f"{work}: the floor run under {cell.name} failed: "
-                       f"{proc.stderr[-2000:]}")
-    return float(json.loads(proc.stdout)["seconds"])
+    return floor_seconds(release_runtime(cell.release), jobs, work)
 
 
 def bench_audit(report: Path) -> dict[str, Any]:
@@ -57,7 +41,7 @@ def bench_audit(report: Path) -> dict[str, Any]:
                        "--screen-only audit has no time to compare)")
     work = report / "work"
     rows = fixed_batch(load_model(work / "model.onnx")) or 64
-    floor = round(sum(floor_seconds(Cell(**record["sides"][side]), work, rows)
+    floor = round(sum(cell_floor(Cell(**record["sides"][side]), work, rows)
                       for side in ("from", "to")), 4)
     result = {"model": record["model"], "audit_s": record["wall_s"],
               "floor_s": floor, "ratio": round(record["wall_s"] / floor, 1),

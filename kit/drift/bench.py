@@ -17,7 +17,6 @@ replicates and is extrapolated; both must give the same numbers on that sample.
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -26,13 +25,11 @@ from typing import Any
 from kit.drift.protocol import PROTOCOL, load_protocol
 from kit.drift.stages.infer import plan
 from kit.errors import KitError
-from kit.files import canonical_json, read_json
+from kit.files import read_json
 from kit.runfolder import CPU_TIMES, Run, default_run
-from kit.runtime.backends import run_jobs
+from kit.runtime.backends import floor_seconds, run_jobs
 from kit.runtime.runtimes import get_runtime
-from kit.runtime.venvs import ensure_runtime
 
-FLOOR = Path(__file__).resolve().parents[1] / "runtime" / "floor.py"
 TARGET = 1.3
 BOOTSTRAP_TARGET_S = 5.0
 
@@ -46,15 +43,8 @@ def bench_infer(run_dir: Path | None = None, model: str = "resnet20",
     jobs = [job for job in plan(protocol, run)[role] if f"/{model}/" in job["output"]]
     if not jobs:
         raise KitError(f"{run.root}: no {runtime} jobs for {model}; run the stages first")
-    python = ensure_runtime(runtime)
+    floor = floor_seconds(get_runtime(runtime), jobs, run.root)
     with tempfile.TemporaryDirectory(prefix="kit-bench-") as tmp:
-        spec = Path(tmp) / "jobs.json"
-        spec.write_bytes(canonical_json({"jobs": jobs}))
-        proc = subprocess.run([str(python), "-I", str(FLOOR), "--jobs", str(spec),
-                               "--in-root", str(run.root)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise KitError(f"floor run failed: {proc.stderr[-2000:]}")
-        floor = json.loads(proc.stdout)["seconds"]
         start = time.perf_counter()
         run_jobs(get_runtime(runtime), jobs, run.root, Path(tmp) / "out", "venv")
         kit = time.perf_counter() - start

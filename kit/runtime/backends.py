@@ -28,13 +28,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kit.errors import BackendUnavailable, ImageError, WorkerFailed
+from kit.errors import BackendUnavailable, ImageError, KitError, WorkerFailed
 from kit.runtime.runtimes import Runtime
 from kit.runtime.scratch import scratch
 from kit.runtime.venvs import ensure_runtime
 from kit.runtime.worker import canonical_json
 
 WORKER = Path(__file__).with_name("worker.py")
+FLOOR = Path(__file__).with_name("floor.py")  # the benchmark floor, run like the worker
 BACKENDS = ("docker", "venv")
 CONTAINER_UID = 10001  # the image's unprivileged user, used when the host user is root
 # A worker container's limits. Inputs are bounded before they are read (the worker's
@@ -194,6 +195,22 @@ def describe_runtime(runtime: Runtime, backend: str | None = None) -> dict[str, 
                            f"{described.get('onnxruntime')}, not {runtime.onnxruntime} "
                            f"({runtime.lock})", proc.stderr)
     return described
+
+
+def floor_seconds(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path) -> float:
+    """The benchmark floor of ``jobs``: their inferences in one in-process onnxruntime loop
+    of ``runtime``'s own environment (``kit/runtime/floor.py``), in seconds."""
+    python = ensure_runtime(runtime.name)
+    with tempfile.TemporaryDirectory(prefix="kit-floor-") as tmp:
+        spec = Path(tmp) / "jobs.json"
+        spec.write_bytes(canonical_json({"jobs": list(jobs)}))
+        proc = subprocess.run([str(python), "-I", str(FLOOR), "--jobs", str(spec),
+                               "--in-root", str(in_root)], capture_output=True, text=True,
+                              check=False)
+    if proc.returncode != 0:
+        raise KitError(f"{in_root}: the floor run under {runtime.name} failed: "
+                       f"{proc.stderr[-2000:]}")
+    return float(json.loads(proc.stdout)["seconds"])
 
 
 def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
