@@ -19,7 +19,6 @@ clean drift, where first, and does a known defect touch it.
 from __future__ import annotations
 
 import argparse
-import html
 import shutil
 import tempfile
 import time
@@ -205,39 +204,38 @@ def run_cells(cells: list[Cell], work: Path, feeds: list[str], rows: int,
 
 def write_report(out: Path, record: dict[str, Any]) -> None:
     """``audit.json`` and ``index.html`` (each written whole, then renamed into place)."""
+    from kit.reporting import PageTable, html_page
+
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "audit.json", canonical_json(record))
-    e = html.escape
-    parts = ["<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>audit "
-             f"{e(Path(record['model']).name)}</title></head><body>",
-             f"<h1>{e(Path(record['model']).name)}: {e(record['verdict'])}</h1>",
-             f"<p>{e(record['sides']['from']['release'])}/{e(record['sides']['from']['level'])}"
-             f" to {e(record['sides']['to']['release'])}/{e(record['sides']['to']['level'])}: "
-             f"{e(record['why'])}</p>"]
+    sides = {k: f"{v['release']}/{v['level']}" for k, v in record["sides"].items()}
+    sections = []
     if record.get("outputs"):
-        parts.append("<h2>Outputs</h2><table><tr><th>output</th><th>max abs</th><th>max rel"
-                     "</th><th>bit-identical</th><th>flips</th><th>Polygraphy</th><th>tau</th>"
-                     "<th>audited alarm share</th><th>unstable clean pairs</th></tr>")
         pairs = record.get("clean_pairs", [])
-        parts += [f"<tr><td>{e(n)}</td><td>{r['max_abs']:.3g}</td><td>{r['max_rel']:.3g}</td>"
-                  f"<td>{r['identical_share']:.0%}</td><td>{r['flips']}</td>"
-                  f"<td>{e(r['polygraphy_verdict'])} ({r['polygraphy_fails']})</td>"
-                  f"<td>{r['tau']:.3g}</td><td>{r['audited_rate']:.0%}</td>"
-                  f"<td>{e('; '.join(pairs[i] for i in r['unstable']) or 'none')}</td></tr>"
-                  for n, r in record["outputs"].items()]
-        parts.append("</table>")
+        sections.append(PageTable(
+            "Outputs", ["output", "max abs", "max rel", "bit-identical", "flips", "Polygraphy",
+                        "tau", "audited alarm share", "unstable clean pairs"],
+            [[n, f"{r['max_abs']:.3g}", f"{r['max_rel']:.3g}", f"{r['identical_share']:.0%}",
+              str(r["flips"]), f"{r['polygraphy_verdict']} ({r['polygraphy_fails']})",
+              f"{r['tau']:.3g}", f"{r['audited_rate']:.0%}",
+              "; ".join(pairs[i] for i in r["unstable"]) or "none"]
+             for n, r in record["outputs"].items()], note=record["why"]))
         moving = record.get("first_moving")
-        parts.append("<h2>Where it first moves</h2><p>" + (
-            f"{e(moving['node'])} ({e(moving['op'])}; inputs {e(moving['inputs'])}), "
-            f"alarm share {moving['audited_rate']:.0%}" if moving else
-            "no instrumented node leaves its clean envelope") + "</p>")
-    parts.append("<h2>Known defects (static screen)</h2><table><tr><th>case</th><th>issue"
-                 "</th><th>nodes</th><th>from</th><th>to</th><th>fixed in</th></tr>")
-    parts += [f"<tr><td>{e(r['case'])}</td><td>{r['issue']}</td><td>{e(str(r['nodes']))}</td>"
-              f"<td>{e(r['from'])}</td><td>{e(r['to'])}</td><td>{e(str(r['fixed_in']))}</td>"
-              "</tr>" for r in record["screen"]]
-    parts.append("</table></body></html>")
-    write_atomic(out / "index.html", "\n".join(parts).encode())
+        sections.append(PageTable(
+            "Where it first moves", ["node", "op", "inputs", "alarm share"],
+            [[moving["node"], moving["op"], moving["inputs"], f"{moving['audited_rate']:.0%}"]]
+            if moving else [], note="" if moving else
+            "no instrumented node leaves its clean envelope"))
+    sections.append(PageTable(
+        "Known defects (static screen)", ["case", "issue", "nodes", "from", "to", "fixed in"],
+        [[r["case"], str(r["issue"]), str(r["nodes"]), r["from"], r["to"], str(r["fixed_in"])]
+         for r in record["screen"]]))
+    name = Path(record["model"]).name
+    page = html_page(f"audit {name}", f"{name}: {record['verdict']}",
+                     {"model": record["model"], "inputs": record["inputs"], **sides,
+                      "why": record["why"], "protocol version": record["protocol_version"]},
+                     sections)
+    write_atomic(out / "index.html", page.encode())
 
 
 def check_release_pair(sides: dict[str, Cell]) -> None:

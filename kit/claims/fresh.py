@@ -18,7 +18,6 @@ status diff alone, and the report says so. The report is written as JSON and as 
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Any
 
@@ -111,26 +110,25 @@ def print_report(report: dict[str, Any], status_only: bool) -> None:
 def write_replay_page(report: dict[str, Any], path: Path, ok: bool) -> Path:
     """``runs/replay/index.html``: per study the file counts, the largest differences,
     every file that is not identical and the status diff."""
-    e = html.escape
-    parts = ["<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
-             "<title>Replay against the shipped evidence</title></head><body>",
-             f"<h1>Replay against the shipped evidence: {'holds' if ok else 'FAILS'}</h1>"]
+    from kit.reporting import PageTable, html_page
+
+    sections = []
     for where, study in report["studies"].items():
         files = study["files"]
-        parts.append(f"<h2>{e(where)}</h2><p>" + ", ".join(
-            f"{n} {e(k)}" for k, n in files["counts"].items())
-            + f"; largest differences: abs {files['max_abs']:.3g}, rel {files['max_rel']:.3g}"
-            "</p><table><tr><th>file</th><th>verdict</th><th>where</th></tr>")
-        parts += [f"<tr><td>{e(v['file'])}</td><td>{e(v['verdict'])}</td>"
-                  f"<td>{e(v['where'])}</td></tr>" for v in study["verdicts"]]
-        parts.append("</table><h3>Status diff</h3><table><tr><th>claim</th><th>shipped</th>"
-                     "<th>fresh</th></tr>")
-        parts += [f"<tr><td>{e(d['claim'])}</td><td>{e(d['shipped_status'])} "
-                  f"({e(d['shipped_value'])})</td><td>{e(d['fresh_status'])} "
-                  f"({e(d['fresh_value'])})</td></tr>" for d in study["status_diff"]]
-        parts.append("</table>")
-    parts.append("</body></html>")
-    write_atomic(path, ("\n".join(parts) + "\n").encode())
+        sections.append(PageTable(
+            where, ["file", "verdict", "where"],
+            [[v["file"], v["verdict"], v["where"]] for v in study["verdicts"]],
+            note=", ".join(f"{n} {k}" for k, n in files["counts"].items())
+            + f"; largest differences: abs {files['max_abs']:.3g}, rel {files['max_rel']:.3g}"))
+        sections.append(PageTable(
+            f"{where}: status diff", ["claim", "shipped", "fresh"],
+            [[d["claim"], f"{d['shipped_status']} ({d['shipped_value']})",
+              f"{d['fresh_status']} ({d['fresh_value']})"] for d in study["status_diff"]]))
+    page = html_page("Replay against the shipped evidence",
+                     f"Replay against the shipped evidence: {'holds' if ok else 'FAILS'}",
+                     {"files may differ (--status-only)": report.get("status_only", False)},
+                     sections)
+    write_atomic(path, page.encode())
     return path
 
 
