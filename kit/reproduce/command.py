@@ -135,6 +135,7 @@ def small_verdict(fresh: Path) -> int:
     printed, and the claims the small configuration cannot recompute (it has one model, a
     few faults, two releases) named; returns 0: the chain ran end to end."""
     from kit.claims.ledger import clear_cache, evaluate, load_ledger
+    from kit.claims.verify import count_statuses
 
     for path in sorted((ROOT / "claims").glob("*.yaml")):
         ledger = load_ledger(path)
@@ -145,11 +146,9 @@ def small_verdict(fresh: Path) -> int:
         clear_cache()
         problems: list[str] = []
         outcomes = [o for o in evaluate(ledger, fresh, problems) if o.substrate in present]
-        counts: dict[str, int] = {}
-        for outcome in outcomes:
-            counts[outcome.status] = counts.get(outcome.status, 0) + 1
+        counts = count_statuses(outcomes).get(ledger["study"], {})
         print(f"reproduce-all --small: {ledger['study']}: {len(outcomes)} claims evaluated ("
-              + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"), "
+              + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f"), "
               f"{len(problems)} cannot be recomputed from the small configuration")
         for problem in problems:
             print(f"reproduce-all --small: {ledger['study']}: not recomputable: {problem}")
