@@ -42,6 +42,7 @@ from kit.errors import KitError
 from kit.files import canonical_json, load_npz, replace_folder, write_atomic, write_npz
 from kit.paths import ROOT
 from kit.runfolder import say
+from kit.tolerance import TINY
 
 GRAPHS = {"plain": "model.onnx", "probe": "probe.onnx"}
 
@@ -148,7 +149,7 @@ def describe(a: Any, b: Any, name: str) -> dict[str, Any]:
     from kit.drift.polygraphy_check import polygraphy_fails
 
     diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
-    rel = diff / np.maximum(np.abs(np.asarray(a, np.float64)), np.finfo(np.float64).tiny)
+    rel = diff / np.maximum(np.abs(np.asarray(a, np.float64)), TINY)
     fails = polygraphy_fails(np.asarray(a, np.float32), np.asarray(b, np.float32), name)
     return {"max_abs": float(np.nanmax(diff, initial=0.0)),
             "max_rel": float(np.nanmax(np.where(diff == 0, 0, rel), initial=0.0)),
