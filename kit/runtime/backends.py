@@ -32,7 +32,7 @@ from kit.errors import BackendUnavailable, ImageError, KitError, WorkerFailed
 from kit.runtime.runtimes import Runtime
 from kit.runtime.scratch import scratch
 from kit.runtime.venvs import ensure_runtime
-from kit.runtime.worker import canonical_json
+from kit.runtime.worker import canonical_json, meta_path
 
 WORKER = Path(__file__).with_name("worker.py")
 FLOOR = Path(__file__).with_name("floor.py")  # the benchmark floor, run like the worker
@@ -49,6 +49,8 @@ DOCKER_PIDS = 256
 # The worker's job folder in the system's temporary folder (kit.runtime.scratch: a killed run's
 # folder is removed by the next run).
 JOBS_PREFIX = "kit-jobs-"
+# A docker worker's private output folder inside the output folder (``_run_container``).
+OUT_PREFIX = ".kit-docker-out-"
 LABEL_LOCK = "org.kit.lock-sha256"
 LABEL_WORKER = "org.kit.worker-sha256"
 
@@ -151,6 +153,38 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
     os.chown(root, uid, gid)
 
 
+def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Path,
+                   jobs: Sequence[dict[str, Any]],
+                   progress: Callable[[str], None] | None) -> tuple[int, str]:
+    """Run the worker's container with a private output folder of its own inside
+    ``out_root`` (``OUT_PREFIX``), then move the jobs' outputs to their places.
+
+    Batches run side by side into one ``out_root``; on a root host each container writes
+    as ``CONTAINER_UID``, so its folder is handed over to that user and back, never
+    ``out_root`` itself (a batch that finished first would take another's folders back
+    while its container still writes). Only the jobs' own regular files come out of it."""
+    root_host = os.getuid() == 0
+    with scratch(out_root, OUT_PREFIX) as stage:
+        if root_host:
+            _chown_tree(stage, CONTAINER_UID, CONTAINER_UID)
+        try:
+            result = _stream(_docker_command(runtime, jobs_dir, in_root, stage, jobs),
+                             None, progress)
+        finally:
+            if root_host:
+                _chown_tree(stage, 0, 0)
+        for job in jobs:
+            output = Path(job["output"])
+            for name in (output, meta_path(output)):
+                source = stage / name
+                if (source.resolve().is_relative_to(stage.resolve()) and source.is_file()
+                        and not source.is_symlink()):
+                    target = out_root / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(source, target)
+    return result
+
+
 def _stream(cmd: list[str], env: dict[str, str] | None,
             progress: Callable[[str], None] | None) -> tuple[int, str]:
     """Run ``cmd``; hand each ``worker: progress`` line to ``progress`` as it comes and
@@ -230,15 +264,8 @@ def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
         os.chmod(jobs_dir / "jobs.json", 0o644)
         if chosen == "docker":
             ready_image(runtime)
-            cmd = _docker_command(runtime, jobs_dir, in_root, out_root, full)
-            root_host = os.getuid() == 0
-            if root_host:
-                _chown_tree(out_root, CONTAINER_UID, CONTAINER_UID)
-            try:
-                code, stderr = _stream(cmd, None, progress)
-            finally:
-                if root_host:
-                    _chown_tree(out_root, 0, 0)
+            code, stderr = _run_container(runtime, jobs_dir, in_root, out_root, full,
+                                          progress)
         else:
             python = ensure_runtime(runtime.name)
             cmd = [str(python), "-I", str(WORKER), "--jobs", str(jobs_dir / "jobs.json"),

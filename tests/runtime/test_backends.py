@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -87,6 +89,57 @@ def test_docker_refusal_names_the_file_and_leaves_nothing(workdir: Path) -> None
     with pytest.raises(WorkerFailed, match=r"\.\./x\.onnx: model path is outside"):
         run_jobs(get_runtime("cand"), [job(model="../x.onnx")], workdir / "in", out, "docker")
     assert [p for p in out.rglob("*") if p.is_file()] == []
+
+
+def test_a_container_writes_into_a_folder_of_its_own_and_only_outputs_come_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docker backend mounts a private folder, not the output folder; what the
+    container leaves there besides the jobs' outputs (a stray file, a symlink) stays out."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "kept.txt").write_text("the user's file")
+    mounted: list[Path] = []
+
+    def container(cmd: list[str], env: object, progress: object) -> tuple[int, str]:
+        stage = Path(next(v for v in cmd if v.endswith(":/kit/out:rw")).split(":")[0])
+        mounted.append(stage)
+        assert stage.parent == out
+        assert stage.name.startswith(backends.OUT_PREFIX)
+        (stage / "a").mkdir()
+        (stage / "a" / "x.npz").write_bytes(b"npz")
+        (stage / "a" / "x.meta.json").write_bytes(b"{}")
+        (stage / "stray.npz").write_bytes(b"not a job's")
+        (stage / "y.npz").symlink_to(out / "kept.txt")
+        return 0, ""
+
+    monkeypatch.setattr(backends, "_stream", container)
+    jobs = [{"output": "a/x.npz"}, {"output": "y.npz"}]
+    assert backends._run_container(get_runtime("ref"), tmp_path, tmp_path, out, jobs,
+                                   None) == (0, "")
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == \
+        ["a", "a/x.meta.json", "a/x.npz", "kept.txt"]
+    assert (out / "a" / "x.npz").read_bytes() == b"npz"
+    assert not mounted[0].exists()
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_ready")
+def test_docker_batches_side_by_side_share_one_output_folder(workdir: Path) -> None:
+    """Dask runs a stage's batches at once into one folder; one container finishing must
+    not take the folder away from another (as root, ownership was once handed back
+    over the whole output folder while the other still wrote)."""
+    out = workdir / "out"
+    batches = [[job(id=f"{b}{i}", output=f"b{b}/j{i}.npz", batch_size=1 + i % 3)
+                for i in range(6 + 4 * b)] for b in range(3)]
+    with ThreadPoolExecutor(len(batches)) as pool:
+        done = list(pool.map(lambda jobs: run_jobs(get_runtime("cand"), jobs,
+                                                   workdir / "in", out, "docker"), batches))
+    venv = run_jobs(get_runtime("cand"), batches[2], workdir / "in", workdir / "venv", "venv")
+    assert [p.read_bytes() for p in done[2]] == [p.read_bytes() for p in venv]
+    assert sum(len(paths) for paths in done) == sum(len(jobs) for jobs in batches)
+    assert all(path.is_file() and path.stat().st_uid == os.getuid()
+               for paths in done for path in paths)
+    assert not list(out.glob(backends.OUT_PREFIX + "*"))
 
 
 @pytest.mark.docker
