@@ -7,7 +7,8 @@ worker may only read; it writes into ``out_root`` alone.
 - ``docker``: ``docker run`` of the runtime's image, with ``--network none``, a read-only
   root filesystem, no capabilities, a non-root user and limits on memory (no swap), CPUs
   and processes (``docker_limits``); the jobs and inputs folders are mounted read-only
-  and the output folder writable.
+  and a private folder of its own inside the output folder writable, from which the
+  jobs' outputs are moved to their places (``_run_container``).
 - ``venv``: the runtime's virtual environment, built from the same lock as its image.
 
 Either builds what it runs on first use: the environment (``kit.runtime.venvs``) or the
