@@ -170,7 +170,7 @@ def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Pa
             _chown_tree(stage, CONTAINER_UID, CONTAINER_UID)
         try:
             result = _stream(_docker_command(runtime, jobs_dir, in_root, stage, jobs),
-                             None, progress)
+                             worker_env("docker"), progress)
         finally:
             if root_host:
                 _chown_tree(stage, 0, 0)
@@ -208,6 +208,15 @@ def worker_error(stderr: str) -> str | None:
                  if line.startswith("worker: error: ")), None)
 
 
+def worker_env(backend: str) -> dict[str, str] | None:
+    """The environment a worker command runs in: a venv worker gets only ``PATH`` and a
+    fixed locale; the docker client keeps the caller's (``DOCKER_HOST`` names the daemon,
+    and the container's own environment is the image's)."""
+    if backend == "docker":
+        return None
+    return {"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"}
+
+
 def describe_runtime(runtime: Runtime, backend: str | None = None) -> dict[str, Any]:
     """Ask the runtime's own worker which onnxruntime it holds and which graph optimisation
     levels that release offers (``worker.py --describe``); a worker that is not the lock's
@@ -219,8 +228,7 @@ def describe_runtime(runtime: Runtime, backend: str | None = None) -> dict[str, 
                "ALL", runtime.image, "--describe"]
     else:
         cmd = [str(ensure_runtime(runtime.name)), "-I", str(WORKER), "--describe"]
-    proc = subprocess.run(cmd, capture_output=True, text=True,
-                          env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"})
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=worker_env(chosen))
     if proc.returncode != 0:
         raise WorkerFailed(f"{runtime.name} worker ({chosen}) --describe failed: "
                            + "\n".join(proc.stderr.strip().splitlines()[-5:]), proc.stderr)
@@ -271,8 +279,7 @@ def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
             python = ensure_runtime(runtime.name)
             cmd = [str(python), "-I", str(WORKER), "--jobs", str(jobs_dir / "jobs.json"),
                    "--in-root", str(in_root), "--out-root", str(out_root)]
-            env = {"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"}
-            code, stderr = _stream(cmd, env, progress)
+            code, stderr = _stream(cmd, worker_env(chosen), progress)
     if code != 0:
         reason = worker_error(stderr) or "\n".join(stderr.strip().splitlines()[-15:])
         raise WorkerFailed(f"{runtime.name} worker ({chosen}) under {in_root}: {reason}",

@@ -122,6 +122,32 @@ def test_a_container_writes_into_a_folder_of_its_own_and_only_outputs_come_out(
     assert not mounted[0].exists()
 
 
+@pytest.mark.parametrize("backend", ["docker", "venv"])
+def test_describe_reaches_the_daemon_that_docker_host_names(
+        backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The docker client keeps the caller's DOCKER_HOST (a private daemon, as in CI); a
+    venv worker gets PATH and a fixed locale only."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///var/tmp/private/docker.sock")
+    monkeypatch.setattr(backends, "select_backend", lambda requested: backend)
+    monkeypatch.setattr(backends, "ready_image", lambda runtime: None)
+    monkeypatch.setattr(backends, "ensure_runtime", lambda name: Path("/env/bin/python"))
+    seen: list[dict[str, str] | None] = []
+
+    def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        env = kwargs["env"]
+        seen.append(dict(env) if isinstance(env, dict) else None)
+        reply = json.dumps({"onnxruntime": get_runtime("ref").onnxruntime})
+        return subprocess.CompletedProcess(cmd, 0, reply, "")
+
+    monkeypatch.setattr(backends.subprocess, "run", run)
+    backends.describe_runtime(get_runtime("ref"), backend)
+    if backend == "docker":  # inherited: the client reads DOCKER_HOST from os.environ
+        assert seen == [None]
+    else:
+        assert seen[0] is not None
+        assert sorted(seen[0]) == ["LC_ALL", "PATH"]
+
+
 @pytest.mark.docker
 @pytest.mark.usefixtures("docker_ready")
 def test_docker_batches_side_by_side_share_one_output_folder(workdir: Path) -> None:
