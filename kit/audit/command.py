@@ -19,6 +19,7 @@ clean drift, where first, and does a known defect touch it.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import time
@@ -98,6 +99,7 @@ def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".work.", suffix=".tmp", dir=out))
     try:
+        os.chmod(work, 0o755)  # the docker worker reads it as the image's own user
         found = _measure(model, arrays, sides, protocol, work, args)
         replace_folder(work, out / "work")
     finally:

@@ -165,6 +165,10 @@ def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Pa
     ``out_root`` itself (a batch that finished first would take another's folders back
     while its container still writes). Only the jobs' own regular files come out of it."""
     root_host = os.getuid() == 0
+    if root_host and in_root.stat().st_mode & 0o005 != 0o005:
+        raise WorkerFailed(f"{in_root}: the worker's container reads this folder as user "
+                           f"{CONTAINER_UID}, but its mode {in_root.stat().st_mode & 0o777:o} "
+                           "lets only its owner in; give it mode 755", "")
     with scratch(out_root, OUT_PREFIX) as stage:
         if root_host:
             _chown_tree(stage, CONTAINER_UID, CONTAINER_UID)

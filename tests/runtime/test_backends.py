@@ -114,12 +114,26 @@ def test_a_container_writes_into_a_folder_of_its_own_and_only_outputs_come_out(
 
     monkeypatch.setattr(backends, "_stream", container)
     jobs = [{"output": "a/x.npz"}, {"output": "y.npz"}]
-    assert backends._run_container(get_runtime("ref"), tmp_path, tmp_path, out, jobs,
+    (tmp_path / "in").mkdir(mode=0o755)
+    assert backends._run_container(get_runtime("ref"), tmp_path, tmp_path / "in", out, jobs,
                                    None) == (0, "")
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == \
         ["a", "a/x.meta.json", "a/x.npz", "kept.txt"]
     assert (out / "a" / "x.npz").read_bytes() == b"npz"
     assert not mounted[0].exists()
+
+
+def test_an_inputs_folder_the_container_cannot_enter_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backends.os, "getuid", lambda: 0)  # containers run as CONTAINER_UID
+    monkeypatch.setattr(backends, "_stream", lambda *args: pytest.fail("container started"))
+    private = tmp_path / "in"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    with pytest.raises(WorkerFailed, match=rf"{private}: .* user 10001, but its mode 700"):
+        backends._run_container(get_runtime("ref"), tmp_path, private, tmp_path / "out",
+                                [{"output": "a.npz"}], None)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("backend", ["docker", "venv"])
