@@ -168,7 +168,7 @@ def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Pa
     if root_host and in_root.stat().st_mode & 0o005 != 0o005:
         raise WorkerFailed(f"{in_root}: the worker's container reads this folder as user "
                            f"{CONTAINER_UID}, but its mode {in_root.stat().st_mode & 0o777:o} "
-                           "lets only its owner in; give it mode 755", "")
+                           "does not let other users in; give it mode 755", "")
     with scratch(out_root, OUT_PREFIX) as stage:
         if root_host:
             _chown_tree(stage, CONTAINER_UID, CONTAINER_UID)
