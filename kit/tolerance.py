@@ -7,6 +7,13 @@
                       with the same keys and strings
     differs           anything else: the first file, array (or JSON path) and element named
 
+Every file that is not identical gets its largest absolute and relative difference, whether
+a bound is declared for it or not (a file without a bound differs, and its figures say by
+how much); only a file that is neither arrays nor JSON (a model's bytes) has none
+(``None``). The relative difference is taken against the larger magnitude of the two values,
+so it is at most 2 and a zero on either side reads 1 (the whole value), never a huge
+quotient of a tiny denominator.
+
 Under a bound, a JSON field whose name ends in ``sha256``, and every value of a ``.sha256``
 file (file name to hash), is the hash of another evidence file, which is judged itself, so
 it is not compared: only the names must agree (a file without a bound must be identical
@@ -55,8 +62,8 @@ class Verdict:
 
     file: str
     verdict: str
-    max_abs: float = 0.0
-    max_rel: float = 0.0
+    max_abs: float | None = 0.0  # None: opaque bytes, no difference to measure
+    max_rel: float | None = 0.0
     where: str = ""
     bound: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
@@ -77,22 +84,28 @@ def bound_for(bounds: list[Bound], study: str, name: str) -> Bound | None:
 
 
 def compare_file(fresh: Path, shipped: Path, name: str, bound: Bound | None) -> Verdict:
-    """The verdict for one file present in both folders."""
+    """The verdict for one file present in both folders (module docstring)."""
     if read_bytes(fresh) == read_bytes(shipped):
         return Verdict(name, "identical")
-    if bound is None:
-        return Verdict(name, "differs", where="bytes differ and no tolerance is declared")
-    found = Verdict(name, "within tolerance", bound=f"atol {bound.atol:g}, rtol {bound.rtol:g}")
+    declared = bound is not None
+    measure = bound or Bound("", name, 0.0, 0.0, "no bound declared: equality only")
+    found = Verdict(name, "within tolerance",
+                    bound=f"atol {measure.atol:g}, rtol {measure.rtol:g}" if declared else "")
     if name.endswith(".npz"):
-        _compare_arrays(load_npz(shipped), load_npz(fresh), bound, found)
+        _compare_arrays(load_npz(shipped), load_npz(fresh), measure, found)
     elif name.endswith(".sha256"):  # file name -> hash of a file judged itself
         a, b = read_json(shipped), read_json(fresh)
         if not (isinstance(a, dict) and isinstance(b, dict)) or sorted(a) != sorted(b):
             _differs(found, "the files it lists", shipped=a, fresh=b)
     elif name.endswith(".json"):
-        _compare_json(read_json(shipped), read_json(fresh), bound, "", found)
+        _compare_json(read_json(shipped), read_json(fresh), measure, "", found)
     else:
-        found.verdict, found.where = "differs", "bytes differ (not an .npz or JSON file)"
+        found.max_abs = found.max_rel = None
+        _differs(found, "bytes differ (not an .npz or JSON file)")
+    if not declared:  # measured for the record, but only equal bytes pass without a bound
+        first = f" (first: {found.where})" if found.verdict == "differs" else ""
+        found.verdict = "differs"
+        found.where = f"bytes differ and no tolerance is declared{first}"
     return found
 
 
@@ -130,11 +143,12 @@ def _compare_floats(name: str, a: np.ndarray[Any, Any], b: np.ndarray[Any, Any],
                  shipped=float(a[index]), fresh=float(b[index]))
         return
     same = nan_a | (a == b)  # equal infinities included
-    diff = np.where(same, 0.0, np.abs(a - b))
-    rel = np.where(same, 0.0, diff / np.maximum(np.abs(a), TINY))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(same, 0.0, np.abs(a - b))
+        rel = np.where(same, 0.0, diff / np.maximum(np.maximum(np.abs(a), np.abs(b)), TINY))
     if diff.size:
-        found.max_abs = max(found.max_abs, float(np.nanmax(diff)))
-        found.max_rel = max(found.max_rel, float(np.nanmax(rel)))
+        found.max_abs = max(found.max_abs or 0.0, float(np.nanmax(diff)))
+        found.max_rel = max(found.max_rel or 0.0, float(np.nanmax(rel)))
     outside = ~same & ~((diff <= bound.atol) | (rel <= bound.rtol))
     if outside.any():
         index = tuple(int(i) for i in np.argwhere(outside)[0])
@@ -164,6 +178,11 @@ def _compare_json(a: Any, b: Any, bound: Bound, path: str, found: Verdict) -> No
         _differs(found, where, shipped=a, fresh=b)
 
 
+def relative_difference(a: float, b: float) -> float:
+    """|a - b| over the larger magnitude of the two: at most 2, and 1 where one is zero."""
+    return abs(a - b) / max(abs(a), abs(b), TINY)
+
+
 def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
@@ -175,8 +194,9 @@ def _compare_number(a: float, b: float, bound: Bound, where: str, found: Verdict
         _differs(found, f"{where} (NaN or infinity)", shipped=a, fresh=b)
         return
     diff = abs(a - b)
-    rel = diff / max(abs(a), TINY)
-    found.max_abs, found.max_rel = max(found.max_abs, diff), max(found.max_rel, rel)
+    rel = relative_difference(a, b)
+    found.max_abs = max(found.max_abs or 0.0, diff)
+    found.max_rel = max(found.max_rel or 0.0, rel)
     if not (diff <= bound.atol or rel <= bound.rtol):
         _differs(found, where, shipped=a, fresh=b, abs=diff, rel=rel)
 
@@ -202,7 +222,8 @@ def summary(verdicts: list[Verdict]) -> dict[str, Any]:
     counts = {v: sum(1 for x in verdicts if x.verdict == v) for v in VERDICTS}
     first = next((x for x in verdicts if x.verdict == "differs"), None)
     return {"counts": counts,
-            "max_abs": max((x.max_abs for x in verdicts), default=0.0),
-            "max_rel": max((x.max_rel for x in verdicts), default=0.0),
+            "max_abs": max((x.max_abs for x in verdicts if x.max_abs is not None), default=0.0),
+            "max_rel": max((x.max_rel for x in verdicts if x.max_rel is not None), default=0.0),
+            "opaque": sum(1 for x in verdicts if x.max_abs is None),
             "first_difference": None if first is None else
             {"file": first.file, "where": first.where, **first.detail}}

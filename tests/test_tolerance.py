@@ -17,7 +17,17 @@ from kit.claims.fresh import fresh_report, verdict, verify_fresh
 from kit.errors import KitError
 from kit.files import load_npz, sha256, write_npz
 from kit.paths import ROOT
-from kit.tolerance import Bound, bound_for, compare_file, load_bounds
+from kit.runtime.machine import cpu_flags
+from kit.tolerance import (
+    Bound,
+    Verdict,
+    _compare_floats,
+    bound_for,
+    compare_file,
+    compare_folders,
+    load_bounds,
+    relative_difference,
+)
 
 CORPUS = "claims/corpus/evidence/kit"
 CASE = "cases/simplified-layernorm-pow/reference.npz"
@@ -132,7 +142,7 @@ def test_a_fresh_run_within_tolerance_holds(fresh: Path, tmp_path: Path) -> None
     corpus = report["studies"]["corpus/kit"]
     assert corpus["files"]["counts"]["within tolerance"] == 2
     assert corpus["files"]["counts"]["differs"] == 0
-    assert corpus["status_diff"] == []
+    assert corpus["status_changes"] == corpus["value_changes"] == []
     assert verdict(report, status_only=False)
     assert verify_fresh(fresh, out=tmp_path / "replay" / "index.html") == 0
     assert "holds" in (tmp_path / "replay" / "index.html").read_text()
@@ -151,13 +161,50 @@ def test_a_difference_past_its_bound_differs_and_a_changed_status_fails(
     for case in ("avgpool-asym-pads", "avgpool-ceil-include-pad", "cast-chain-fp16"):
         _nudge(fresh / CORPUS / "cases" / case / "reference.npz", 1e3)
     report = fresh_report(fresh)
-    diff = {d["claim"]: d for d in report["studies"]["corpus/kit"]["status_diff"]}
-    assert (diff["C-003"]["shipped_status"], diff["C-003"]["fresh_status"]) == \
+    study = report["studies"]["corpus/kit"]
+    changed = {d["claim"]: d for d in study["status_changes"]}
+    moved = {d["claim"]: d for d in study["value_changes"]}
+    assert (changed["C-003"]["shipped_status"], changed["C-003"]["fresh_status"]) == \
         ("consistent", "hypothesis fails")
-    assert diff["C-006"]["fresh_value"] != diff["C-006"]["shipped_value"]
+    # a value that moved without changing its status is listed apart from status changes
+    assert all(d["fresh_status"] == d["shipped_status"] for d in moved.values())
+    assert all(d["fresh_status"] != d["shipped_status"] for d in changed.values())
     assert not verdict(report, status_only=True)
     assert verify_fresh(fresh, status_only=True, out=tmp_path / "page.html") == 1
-    assert "replay: corpus/kit: C-003: shipped consistent" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "replay: corpus/kit: STATUS C-003: shipped consistent" in out
+    assert f"replay: corpus/kit: claims: {len(changed)} claims changed status, " \
+        f"{len(moved)} changed value only" in out
+    record = json.loads((fresh / "replay-record.json").read_text())
+    assert record["machine"]["flags"] == cpu_flags()
+    assert f"replay: on {record['machine']['cpu']}" in out
+
+
+def test_a_file_without_a_bound_still_gets_its_figures(fresh: Path) -> None:
+    """A file no bound names differs whenever its bytes do, and the record says by how
+    much: the figures are measured for every differing file."""
+    name = "cases/minmax-nan/inputs.npz"  # seeded inputs: no bound, equal bytes only
+    assert bound_for(load_bounds(), "corpus", name) is None
+    _nudge(fresh / CORPUS / name, 0.25)
+    verdicts = {v.file: v for v in compare_folders(
+        fresh / CORPUS, ROOT / CORPUS, "corpus", [name], load_bounds())}
+    found = verdicts[name]
+    assert found.verdict == "differs"
+    assert found.where.startswith("bytes differ and no tolerance is declared")
+    assert found.max_abs == pytest.approx(0.25, abs=1e-6)
+    assert 0 < found.max_rel <= 2
+
+
+def test_a_relative_difference_against_a_zero_is_bounded() -> None:
+    """A shipped zero gives a relative difference of 1 (the whole value), not 1e+298."""
+    assert relative_difference(0.0, 5e-10) == 1.0
+    assert relative_difference(5e-10, 0.0) == 1.0
+    assert relative_difference(1.0, -1.0) == 2.0
+    assert relative_difference(2.0, 2.2) == pytest.approx(0.1 / 1.1)
+    bound = Bound("x", "*", 0.0, 0.0, "test")
+    found = Verdict("f", "within tolerance")
+    _compare_floats("a", np.zeros(3), np.array([0.0, 1e-300, 0.0]), bound, found)
+    assert found.max_rel == 1.0 and found.max_abs == 1e-300
 
 
 def test_a_folder_without_a_shipped_study_is_an_error(tmp_path: Path) -> None:

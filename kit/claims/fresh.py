@@ -12,7 +12,15 @@ substrate whose evidence is there:
 
 The verdict: the reproduction holds when no status changes and no file differs. After a
 retrain on another CPU the files may differ (``--status-only``): the verdict is then the
-status diff alone, and the report says so. The report is written as JSON and as a page
+status diff alone, and the report says so. A claim whose status changed and a claim whose
+value alone moved are listed apart, under a one-line count.
+
+The report is the **replay record** of this machine (``DIR/replay-record.json``, schema
+``replay-record.schema.json``): the CPU's model and every flag, the machine each study's
+evidence was made on, per study and file the verdict and the largest absolute and relative
+difference, and the status diff. ``python -m kit ship --replay-record FILE`` adds one to
+the evidence (``claims/replays/``, under the root); the claims page shows every shipped
+record as the matrix of CPUs the kit has replayed on. It is also drawn as a page
 (``runs/replay/index.html``).
 """
 
@@ -23,10 +31,27 @@ from typing import Any
 
 from kit.claims.ledger import Outcome, clear_cache, evaluate, load_ledger
 from kit.errors import KitError
-from kit.files import canonical_json, plain_files, write_atomic
+from kit.files import canonical_json, plain_files, read_json, write_atomic
 from kit.paths import ROOT
-from kit.runfolder import SHIPPED_MANIFEST, UNHASHED
+from kit.runfolder import MACHINE, SHIPPED_MANIFEST, UNHASHED
 from kit.tolerance import compare_folders, load_bounds, summary
+
+RECORD = "replay-record.json"
+
+
+def this_machine() -> dict[str, Any]:
+    """The replaying machine: ``kit.runtime.machine``'s fingerprint and every CPU flag."""
+    from kit.runtime.machine import cpu_flags, fingerprint
+
+    return {**fingerprint(), "flags": cpu_flags()}
+
+
+def machine_name(machine: dict[str, Any] | None) -> str:
+    """``AMD EPYC (x86_64; avx2 avx512f ...)``, or that the evidence names none."""
+    if not machine:
+        return "a machine the evidence does not name"
+    return f"{machine.get('cpu', '?')} ({machine.get('machine', '?')}; " \
+           f"{' '.join(machine.get('isa', [])) or 'no listed ISA flags'})"
 
 
 def fresh_report(fresh: Path, root: Path = ROOT) -> dict[str, Any]:
@@ -49,14 +74,20 @@ def fresh_report(fresh: Path, root: Path = ROOT) -> dict[str, Any]:
                      if n.split("/")[-1] not in (SHIPPED_MANIFEST, *UNHASHED)]
             verdicts = compare_folders(fresh / folder, root / folder, ledger["study"], names,
                                        bounds)
+            made_on = root / folder / MACHINE
+            diff = status_diff(ledger, name, root, fresh)
             studies[f"{ledger['study']}/{name}"] = {
+                "evidence_machine": read_json(made_on) if made_on.is_file() else None,
                 "files": summary(verdicts),
                 "verdicts": [v.__dict__ for v in verdicts if v.verdict != "identical"],
-                "status_diff": status_diff(ledger, name, root, fresh)}
+                "status_changes": [d for d in diff
+                                   if d["fresh_status"] != d["shipped_status"]],
+                "value_changes": [d for d in diff
+                                  if d["fresh_status"] == d["shipped_status"]]}
     if not studies:
         raise KitError(f"{fresh}: holds no study's evidence under claims/ (expected "
                        "claims/<study>/evidence/<substrate>)")
-    return {"studies": studies}
+    return {"machine": this_machine(), "studies": studies}
 
 
 def status_diff(ledger: dict[str, Any], substrate: str, root: Path, fresh: Path
@@ -83,25 +114,44 @@ def verdict(report: dict[str, Any], status_only: bool) -> bool:
     """The reproduction holds: no status changed and (unless ``status_only``) no file
     differs."""
     studies = report["studies"].values()
-    changed = any(d["fresh_status"] != d["shipped_status"]
-                  for s in studies for d in s["status_diff"])
+    changed = any(s["status_changes"] for s in studies)
     differing = any(s["files"]["counts"]["differs"] for s in studies)
     return not changed and (status_only or not differing)
 
 
+def files_line(files: dict[str, Any]) -> str:
+    """``896 identical, 1 within tolerance, 58 differ (largest differences: abs 9.5e-07,
+    rel 0.0031)``: one study's file counts and figures."""
+    counts = files["counts"]
+    opaque = files.get("opaque", 0)
+    return (f"{counts['identical']} identical, {counts['within tolerance']} within tolerance, "
+            f"{counts['differs']} differ (largest differences: abs {files['max_abs']:.3g}, "
+            f"rel {files['max_rel']:.3g}"
+            + (f"; {opaque} opaque file(s) without figures" if opaque else "") + ")")
+
+
+def status_line(study: dict[str, Any]) -> str:
+    """``0 claims changed status, 19 changed value only``."""
+    return (f"{len(study['status_changes'])} claims changed status, "
+            f"{len(study['value_changes'])} changed value only")
+
+
 def print_report(report: dict[str, Any], status_only: bool) -> None:
+    print(f"replay: on {machine_name(report['machine'])}")
     for where, study in report["studies"].items():
-        counts, files = study["files"]["counts"], study["files"]
-        print(f"replay: {where}: {counts['identical']} identical, "
-              f"{counts['within tolerance']} within tolerance, {counts['differs']} differ "
-              f"(largest differences: abs {files['max_abs']:.3g}, rel {files['max_rel']:.3g})")
+        files = study["files"]
+        print(f"replay: {where}: evidence made on {machine_name(study['evidence_machine'])}")
+        print(f"replay: {where}: files: {files_line(files)}")
         if files["first_difference"]:
             first = files["first_difference"]
             print(f"replay: {where}: first difference: {first['file']}: {first['where']}")
-        for diff in study["status_diff"]:
-            print(f"replay: {where}: {diff['claim']}: shipped {diff['shipped_status']} "
-                  f"({diff['shipped_value']}), fresh {diff['fresh_status']} "
-                  f"({diff['fresh_value']})")
+        print(f"replay: {where}: claims: {status_line(study)}")
+        for kind in ("status_changes", "value_changes"):
+            for diff in study[kind]:
+                print(f"replay: {where}: {'STATUS' if kind == 'status_changes' else 'value'}"
+                      f" {diff['claim']}: shipped {diff['shipped_status']} "
+                      f"({diff['shipped_value']}), fresh {diff['fresh_status']} "
+                      f"({diff['fresh_value']})")
     if status_only:
         print("replay: files may differ (--status-only: after a retrain on another CPU); "
               "the verdict is the status diff alone")
@@ -112,36 +162,44 @@ def write_replay_page(report: dict[str, Any], path: Path, ok: bool) -> Path:
     every file that is not identical and the status diff."""
     from kit.reporting import PageTable, html_page
 
+    def figure(x: float | None) -> str:
+        return "opaque bytes" if x is None else f"{x:.3g}"
+
     sections = []
     for where, study in report["studies"].items():
-        files = study["files"]
         sections.append(PageTable(
-            where, ["file", "verdict", "where"],
-            [[v["file"], v["verdict"], v["where"]] for v in study["verdicts"]],
-            note=", ".join(f"{n} {k}" for k, n in files["counts"].items())
-            + f"; largest differences: abs {files['max_abs']:.3g}, rel {files['max_rel']:.3g}"))
-        sections.append(PageTable(
-            f"{where}: status diff", ["claim", "shipped", "fresh"],
-            [[d["claim"], f"{d['shipped_status']} ({d['shipped_value']})",
-              f"{d['fresh_status']} ({d['fresh_value']})"] for d in study["status_diff"]]))
+            where, ["file", "verdict", "largest abs", "largest rel", "where"],
+            [[v["file"], v["verdict"], figure(v["max_abs"]), figure(v["max_rel"]), v["where"]]
+             for v in study["verdicts"]],
+            note=f"evidence made on {machine_name(study['evidence_machine'])}; "
+                 + files_line(study["files"])))
+        for kind, title in (("status_changes", "claims whose status changed"),
+                            ("value_changes", "claims whose value alone changed")):
+            sections.append(PageTable(
+                f"{where}: {title}", ["claim", "shipped", "fresh"],
+                [[d["claim"], f"{d['shipped_status']} ({d['shipped_value']})",
+                  f"{d['fresh_status']} ({d['fresh_value']})"] for d in study[kind]],
+                note=status_line(study)))
     page = html_page("Replay against the shipped evidence",
                      f"Replay against the shipped evidence: {'holds' if ok else 'FAILS'}",
-                     {"files may differ (--status-only)": report.get("status_only", False)},
+                     {"replayed on": machine_name(report["machine"]),
+                      "files may differ (--status-only)": report.get("status_only", False)},
                      sections)
     write_atomic(path, page.encode())
     return path
 
 
-def verify_fresh(fresh: Path, status_only: bool = False, out: Path | None = None) -> int:
+def verify_fresh(fresh: Path, status_only: bool = False, out: Path | None = None,
+                 models: str | None = None) -> int:
     """``verify --evidence DIR``: the file verdicts and the status diff; exit 0 when the
-    reproduction holds. The report goes to ``DIR/replay-verdict.json`` and the page to
-    ``out`` (default ``runs/replay/index.html``)."""
+    reproduction holds. The replay record goes to ``DIR/replay-record.json`` (``models``:
+    where the fresh run's trained models came from, when known) and the page to ``out``
+    (default ``runs/replay/index.html``)."""
     report = fresh_report(fresh)
     ok = verdict(report, status_only)
-    report["holds"], report["status_only"] = ok, status_only
+    report["holds"], report["status_only"], report["models"] = ok, status_only, models
     print_report(report, status_only)
-    write_atomic(fresh / "replay-verdict.json", canonical_json(report))
+    write_atomic(fresh / RECORD, canonical_json(report))
     page = write_replay_page(report, out or ROOT / "runs" / "replay" / "index.html", ok)
-    print(f"replay: {'holds' if ok else 'FAILS'}; report {fresh / 'replay-verdict.json'}, "
-          f"page {page}")
+    print(f"replay: {'holds' if ok else 'FAILS'}; record {fresh / RECORD}, page {page}")
     return 0 if ok else 1

@@ -196,8 +196,9 @@ def measure(run: Run, protocol: dict[str, Any], drift: dict[str, Any],
 def run_detectors(run_dir: Path, *, protocol_file: Path = PROTOCOL,
                   drift_protocol: Path = DRIFT_PROTOCOL, cases: list[str] | None = None,
                   backend: str | None = None, scheduler: str | None = None,
-                  workers: int | None = None) -> dict[str, Any]:
-    """Run (or resume) the detector study in ``run_dir``; returns its evidence."""
+                  workers: int | None = None, models: str = "train") -> dict[str, Any]:
+    """Run (or resume) the detector study in ``run_dir``; returns its evidence
+    (``models``: the digits models trained, or the shipped ones)."""
     protocol = load_study_protocol(protocol_file)
     drift = load_protocol(drift_protocol)
     chosen = choose_cases(protocol, cases)
@@ -207,7 +208,7 @@ def run_detectors(run_dir: Path, *, protocol_file: Path = PROTOCOL,
     with hold(run_dir) as root:
         started, cpu = time.monotonic(), cpu_seconds()
         run = Run(root)
-        conds = digits_images(run, backend, drift_protocol)
+        conds = digits_images(run, backend, drift_protocol, models)
         run.forget(STAGE)
         hosts = build_hosts(run, protocol, drift, chosen)
         _execute(run, runtimes, plan(run, protocol, hosts, conds), backend, scheduler, workers)

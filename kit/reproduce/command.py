@@ -39,7 +39,8 @@ from kit.claims.ship import ship
 from kit.errors import KitError
 from kit.files import canonical_json, read_json, write_atomic
 from kit.paths import ROOT
-from kit.reproduce.plan import Clock, load_costs, minutes, print_plan
+from kit.heartbeat import minutes
+from kit.reproduce.plan import Clock, load_costs, print_plan
 from kit.reproduce.steps import Options, finished, identity, run_step, steps_for
 from kit.runfolder import MACHINE, cpu_seconds, say
 from kit.runlock import hold
@@ -104,7 +105,7 @@ def reproduce_all(o: Options, steps: list[str], plan_only: bool = False) -> int:
             state.pop(step, None)
             write_atomic(state_path, canonical_json(state))
             wall, cpu = time.monotonic(), cpu_seconds()
-            run_step(o, step)
+            run_step(o, step, clock.expected.get(step, 0.0) * clock.pace())
             if not finished(o, step):
                 raise KitError(f"{o.folder(step)}: {step} ended without a finished run "
                                "(its last record and a run manifest that checks out)")
@@ -112,7 +113,7 @@ def reproduce_all(o: Options, steps: list[str], plan_only: bool = False) -> int:
                            "wall_s": round(time.monotonic() - wall, 1),
                            "cpu_s": round(cpu_seconds() - cpu, 1)}
             write_atomic(state_path, canonical_json(state))
-            clock.finish(step)
+            clock.finish(step, state[step]["wall_s"])
             say(f"{where}: done in {minutes(state[step]['wall_s'])} wall, "
                 f"{state[step]['cpu_s']:.0f} CPU s; {clock.line(time.monotonic())}")
         return judge(o, steps, folder)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.errors import ConfigError, KitError
+from kit.heartbeat import minutes
 from kit.runfolder import say
 
 COSTS = Path(__file__).with_name("costs.toml")
@@ -57,10 +58,6 @@ def load_costs(small: bool, path: Path = COSTS) -> dict[str, Cost]:
     return costs
 
 
-def minutes(seconds: float) -> str:
-    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
-
-
 def print_plan(steps: list[str], kept: set[str], costs: dict[str, Cost], runs: Path,
                refuse: bool = True) -> float:
     """Print the steps, what each needs on disk and how long it should take here; refuse
@@ -95,14 +92,36 @@ def print_plan(steps: list[str], kept: set[str], costs: dict[str, Cost], runs: P
 
 @dataclass
 class Clock:
-    """Elapsed time, and the time the unfinished steps should still take."""
+    """Elapsed time, and the time the unfinished steps should still take: their recorded
+    costs scaled by the pace of the steps finished so far (the ratio of the time they took
+    to the time they were expected to take), so a cold cache or a busy machine shows in
+    the estimate after the first step instead of staying at the plan's figure."""
 
     expected: dict[str, float]
     started: float
+    taken: float = 0.0  # wall seconds the finished steps took
+    planned: float = 0.0  # what they were expected to take
 
-    def line(self, now: float) -> str:
-        left = sum(self.expected.values())
-        return f"elapsed {minutes(now - self.started)}, about {minutes(left)} left"
+    def pace(self) -> float:
+        """Actual over expected time of the finished steps (1 before any finished)."""
+        return self.taken / self.planned if self.planned > 0 else 1.0
 
-    def finish(self, step: str) -> None:
-        self.expected.pop(step, None)
+    def left(self, running: str | None = None, running_s: float = 0.0) -> float:
+        """Seconds the unfinished steps should still take at the pace so far; the running
+        step counts what it still has of its own scaled expectation."""
+        pace = self.pace()
+        total = 0.0
+        for step, seconds in self.expected.items():
+            total += max(0.0, seconds * pace - running_s) if step == running else seconds * pace
+        return total
+
+    def line(self, now: float, running: str | None = None, running_s: float = 0.0) -> str:
+        pace = self.pace()
+        note = f" at {pace:.1f}x the recorded costs so far" if abs(pace - 1) >= 0.05 else ""
+        return (f"elapsed {minutes(now - self.started)}, about "
+                f"{minutes(self.left(running, running_s))} left{note}")
+
+    def finish(self, step: str, wall_s: float) -> None:
+        planned = self.expected.pop(step, None)
+        if planned is not None:
+            self.taken, self.planned = self.taken + wall_s, self.planned + planned

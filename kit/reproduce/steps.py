@@ -27,6 +27,7 @@ from pathlib import Path
 
 from kit.errors import KitError
 from kit.files import canonical_json
+from kit.heartbeat import heartbeat
 from kit.paths import ROOT
 from kit.runfolder import check_manifest, say
 
@@ -50,7 +51,9 @@ class Options:
 
     runs: Path
     small: bool = False
-    models: str = "train"  # the drift study's models: "train" or "shipped"
+    # Every study's trained models: "train" or "shipped" (the drift study, the detector
+    # study and the sweep share the digits models; the SciML study has its own subjects).
+    models: str = "train"
     without_physicsnemo: bool = False
     backend: str | None = None
     scheduler: str | None = None
@@ -69,12 +72,14 @@ def identity(o: Options, step: str) -> str:
 
 
 def steps_for(only: list[str] | None) -> list[str]:
-    """The steps of the chosen studies (default all), in ORDER."""
-    unknown = sorted(set(only or ()) - set(STUDIES))
+    """The steps of the chosen studies or steps (default all), in ORDER: ``--only`` takes a
+    study's name (all its steps) or any step name the plan prints."""
+    unknown = sorted(set(only or ()) - set(STUDIES) - set(ORDER))
     if unknown:
-        raise KitError(f"--only {' '.join(unknown)}: no such study; studies: "
-                       f"{', '.join(STUDIES)}")
-    chosen = {step for study in (only or STUDIES) for step in STUDIES[study]}
+        raise KitError(f"--only {' '.join(unknown)}: no such study or step; studies: "
+                       f"{', '.join(STUDIES)}; steps: {', '.join(ORDER)}")
+    chosen = {step for name in (only or STUDIES)
+              for step in STUDIES.get(name, (name,))}
     return [step for step in ORDER if step in chosen]
 
 
@@ -116,13 +121,13 @@ def detectors_argv(o: Options) -> list[list[str]]:
         subset = ["--protocol", str(drift), "--study-protocol", str(study), "--cases",
                   SMALL_CASE]
     return [["corpus-detectors", "--run", str(o.folder("corpus-detectors")), *subset,
-             *_scale(o)]]
+             "--models", o.models, *_scale(o)]]
 
 
 def sciml_argv(o: Options) -> list[list[str]]:
     # The SciML study pins torch's kernels before torch first runs: a process of its own.
     return [["sciml", "--run", str(o.folder("sciml")),
-             *(["--small"] if o.small else []),
+             *(["--small"] if o.small else ["--models", o.models]),
              *(["--without-physicsnemo"] if o.without_physicsnemo else [])]]
 
 
@@ -146,14 +151,16 @@ ARGV: dict[str, Callable[[Options], list[list[str]]]] = {
     "sciml": sciml_argv, "sweep": sweep_argv}
 
 
-def run_step(o: Options, step: str) -> None:
-    """Run one step's commands; an error naming the step and the command when one fails.
-    A replay that finds differences exits 1 having written its report: a finding, not a
-    failure of the step."""
+def run_step(o: Options, step: str, expected_s: float | None = None) -> None:
+    """Run one step's commands, a progress line at least every 30 s while each runs (with
+    the time left of ``expected_s``); an error naming the step and the command when one
+    fails. A replay that finds differences exits 1 having written its report: a finding,
+    not a failure of the step."""
     for command in ARGV[step](o):
         argv = [sys.executable, "-m", "kit", *command]
         say(f"reproduce-all: {step}: python {' '.join(argv[1:])}")
-        code = subprocess.run(argv, cwd=ROOT, check=False).returncode
+        with heartbeat(f"reproduce-all: step {step}", expected_s):
+            code = subprocess.run(argv, cwd=ROOT, check=False).returncode
         if code != 0 and not (code == 1 and "--replay" in command):
             raise KitError(f"{o.folder(step)}: step {step} failed (exit {code}) in python "
                            f"{' '.join(argv[1:])}; fix what it names and rerun reproduce-all, "

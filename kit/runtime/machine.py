@@ -27,6 +27,11 @@ def _cpuinfo() -> tuple[str, list[str]]:
     return model, flags
 
 
+def cpu_flags() -> list[str]:
+    """Every flag the CPU reports (``/proc/cpuinfo``), sorted; empty where it cannot be read."""
+    return _cpuinfo()[1]
+
+
 def fingerprint() -> dict[str, Any]:
     """CPU model, instruction-set flags that select kernels, OS and architecture."""
     model, flags = _cpuinfo()

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kit.errors import ConfigError, EnvironmentFailed
+from kit.heartbeat import heartbeat
 from kit.paths import ROOT, cache_dir
 from kit.runtime.locks import lock_requirements
 
@@ -73,7 +74,10 @@ def failure_tail(proc: subprocess.CompletedProcess[str], lines: int = 25) -> str
 
 
 def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    """Run one build command, a progress line every 30 s while it runs (a cold pip cache
+    or a package compiled from source takes tens of minutes)."""
+    with heartbeat(f"venvs: {what}"):
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise EnvironmentFailed(f"{what} failed (exit {proc.returncode}):\n"
                                 + failure_tail(proc))

@@ -77,14 +77,16 @@ def reproduce(stages: tuple[str, ...] = STAGES, **options: Any) -> Path:
     return Path(run_dir)
 
 
-def digits_images(run: Run, backend: str | None, protocol_file: Path) -> list[str]:
+def digits_images(run: Run, backend: str | None, protocol_file: Path,
+                  models: str = "train") -> list[str]:
     """Fetch and split a digits run folder where they have not run yet (the models and
-    images the real-drift sweep and the corpus detector study reuse from the drift study);
-    returns the source condition and the primary rotation's name."""
+    images the real-drift sweep and the corpus detector study reuse from the drift study;
+    ``models``: fetch trains them or takes the shipped ones); returns the source condition
+    and the primary rotation's name."""
     for stage in ("fetch", "split"):
         if not run.record_path(stage).is_file():
             run_stage(stage, substrate="digits", run_dir=run.root, backend=backend,
-                      protocol_file=protocol_file)
+                      protocol_file=protocol_file, models=models)
     conditions = run.record("split")["conditions"]
     return ["orig", next(name for name, c in conditions.items() if c.get("primary"))]
 
