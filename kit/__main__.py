@@ -98,7 +98,7 @@ def _sciml(args: argparse.Namespace) -> int:
     from kit.sciml.run import run_command
 
     print(run_command(args.run, args.without_physicsnemo, args.resimulate, args.deepmind,
-                      args.small))
+                      args.small, args.models))
     return 0
 
 
@@ -158,7 +158,8 @@ def _corpus_detectors(args: argparse.Namespace) -> int:
     folder = args.run or ROOT / "runs" / "corpus-detectors"
     run_detectors(folder, protocol_file=args.study_protocol or STUDY,
                   drift_protocol=args.protocol or PROTOCOL, cases=args.cases,
-                  backend=args.backend, scheduler=args.scheduler, workers=args.workers)
+                  backend=args.backend, scheduler=args.scheduler, workers=args.workers,
+                  models=args.models)
     print(folder)
     return 0
 

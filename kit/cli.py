@@ -147,6 +147,10 @@ def _add_sciml_commands(add: Add) -> None:
                        help="the small configuration (kit.sciml.config.Config.tiny, minutes; "
                             "the kit's own MeshGraphNet, no PhysicsNeMo): none of its numbers "
                             "is a result")
+    sciml.add_argument("--models", choices=["train", "shipped"], default="train",
+                       help="train every subject (or load it from the cache; default), or "
+                            "take every subject's checkpoint from the shipped evidence "
+                            "(claims/sciml/evidence/kit/weights, sha256-checked)")
     sciml.add_argument("--without-physicsnemo", action="store_true",
                        help="leave out the PhysicsNeMo MeshGraphNet (its environment is "
                             "about 6.4 GB); its claims are then not run here")
@@ -185,6 +189,9 @@ def _add_corpus_commands(add: Add) -> None:
     study.add_argument("--study-protocol", type=Path, metavar="FILE",
                        help="the study's protocol (default: the frozen "
                             "kit/protocols/corpus-detectors.yaml)")
+    study.add_argument("--models", choices=["train", "shipped"], default="train",
+                       help="train the digits models (default) or start from the shipped "
+                            "ones (claims/drift/evidence/digits/fetch/models)")
     study.add_argument("--backend", choices=["docker", "venv"])
     add_scale_options(study)
 
@@ -229,9 +236,10 @@ def _reproduce_all_arguments(parser: argparse.ArgumentParser) -> None:
                         help="every study's small configuration (minutes), into runs/small; "
                              "nothing is compared with the shipped evidence")
     parser.add_argument("--models", choices=["auto", "shipped", "train"], default="auto",
-                        help="the drift study's digits models: start from the shipped ones, "
-                             "retrain, or (auto) retrain only on a CPU like the one that made "
-                             "the evidence")
+                        help="every study's trained models (the digits models of the drift "
+                             "study, the detector study and the sweep; the SciML subjects): "
+                             "start from the shipped ones, retrain, or (auto, the default) "
+                             "retrain only on the CPU that made the evidence")
     parser.add_argument("--without-physicsnemo", action="store_true",
                         help="leave out the PhysicsNeMo MeshGraphNet (its claims then change "
                              "status, and the verdict says so)")

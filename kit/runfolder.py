@@ -45,6 +45,8 @@ MANIFEST = "manifest.json"
 SHIPPED_MANIFEST = "run-manifest.json"  # the run manifest, as ship names it beside the evidence
 TIMINGS = "timings.json"
 MACHINE = "machine.json"
+# A SciML run's trained subjects' checkpoints, hashed and shipped with its evidence.
+WEIGHTS_DIR = "weights"
 REPLAY = "replay.json"
 LOCK = ".lock"
 RUN_STATE = "run.json"

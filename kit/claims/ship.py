@@ -25,7 +25,15 @@ from kit.claims.coverage import write_manifests
 from kit.errors import FileFormatError, KitError
 from kit.files import read_json, replace_folder
 from kit.paths import ROOT
-from kit.runfolder import MACHINE, MANIFEST, REPLAY, SHIPPED_MANIFEST, inside, plain_name
+from kit.runfolder import (
+    MACHINE,
+    MANIFEST,
+    REPLAY,
+    SHIPPED_MANIFEST,
+    WEIGHTS_DIR,
+    inside,
+    plain_name,
+)
 
 # The drift study's records and tables (and on digits its trained models, _model_files).
 SHIPPED = ("score/protocol.yaml", "fetch/fetch.json", "split/split.json", "fault/fault.json",
@@ -70,7 +78,11 @@ def ship(run: Path, study: str = "drift", root: Path | None = None) -> Path:
         names = [plain_name(name, path, "a files entry") for name in sorted(listed)]
         return _ship_files(run, root, ("corpus", "kit"), names, path)
     if (run / "ledger.json").is_file() and not (run / "fetch").is_dir():
-        return _ship_files(run, root, ("sciml", "kit"), list(SCIML_SHIPPED), run)
+        path = run / MANIFEST
+        listed = _field(read_json(path), path, "files", dict)
+        weights = [plain_name(name, path, "a files entry") for name in sorted(listed)
+                   if name.startswith(f"{WEIGHTS_DIR}/")]  # trained weights are evidence
+        return _ship_files(run, root, ("sciml", "kit"), [*SCIML_SHIPPED, *weights], path)
     path = run / "fetch" / "fetch.json"
     substrate = plain_name(_field(read_json(path), path, "substrate", str), path,
                            "substrate", segments=1)

@@ -38,8 +38,8 @@ from kit.claims.fresh import verify_fresh
 from kit.claims.ship import ship
 from kit.errors import KitError
 from kit.files import canonical_json, read_json, write_atomic
-from kit.paths import ROOT
 from kit.heartbeat import minutes
+from kit.paths import ROOT
 from kit.reproduce.plan import Clock, load_costs, print_plan
 from kit.reproduce.steps import Options, finished, identity, run_step, steps_for
 from kit.runfolder import MACHINE, cpu_seconds, say

@@ -3,6 +3,14 @@
 The cache name hashes the recipe (a dataclass), any extra key and the source files that
 decide the result, so a changed recipe or changed code never loads a stale subject.
 Checkpoints are torch state dicts written atomically under ``<cache>/sciml-<kind>-avx2/``.
+
+Trained subjects are evidence. Every subject's checkpoint a step asks for is noted
+(``take_used``); the study copies them into its run folder (``weights/``), so they ship
+with the evidence under the run manifest's sha256. ``--models shipped`` fills a cache of
+its own with the shipped checkpoints (``use_shipped``) and trains nothing: a subject whose
+checkpoint is not shipped is an error, never a silent retrain. Training picks its float
+kernels by CPU (MKL's matrix products and FFTs are not held by the pins below), so the
+shipped weights are what lets the rest of the study replay on another CPU.
 """
 
 from __future__ import annotations
@@ -39,8 +47,55 @@ def content_key(recipe: Any, sources: tuple[Path, ...], extra: bytes = b"") -> s
     return hashlib.sha256(payload).hexdigest()[:20]
 
 
+# The kinds of cache entry that are trained subjects (the rest are simulated data).
+WEIGHTS = ("fno", "pinn", "mgn", "physicsnemo")
+_used: dict[str, Path] = {}  # name under the cache -> path, since the last take_used
+_shipped: Path | None = None  # the cache use_shipped filled: nothing may be trained
+
+
 def cached_path(kind: str, stem: str, cache: Path | None, suffix: str = ".pt") -> Path:
-    return (cache or cache_dir()) / f"sciml-{kind}-{NUMERICS_TAG}" / f"{stem}{suffix}"
+    """The cache entry of one subject (or simulated dataset). A subject's entry is noted
+    for ``take_used``; under ``use_shipped`` a subject that is not shipped is a KitError."""
+    path = (cache or cache_dir()) / f"sciml-{kind}-{NUMERICS_TAG}" / f"{stem}{suffix}"
+    if kind in WEIGHTS:
+        name = f"{path.parent.name}/{path.name}"
+        if _shipped is not None and not path.is_file():
+            raise KitError(f"{name}: --models shipped, but the shipped SciML weights hold no "
+                           f"{kind} subject of this recipe and code (the name hashes both); "
+                           "the evidence was made by other code: use --models train")
+        _used[name] = path
+    return path
+
+
+def take_used() -> dict[str, Path]:
+    """The subjects' entries asked for since the last call (and forget them)."""
+    found = dict(sorted(_used.items()))
+    _used.clear()
+    return found
+
+
+def use_shipped(weights: dict[str, tuple[Path, str]], cache: Path) -> Path:
+    """Fill ``cache`` (emptied first: the kit's own folder) with the shipped checkpoints,
+    name -> (file, its sha256), each checked before it is copied, and refuse from now on
+    any subject that is not among them; returns ``cache``."""
+    import shutil
+
+    global _shipped
+    from kit.files import sha256
+
+    shutil.rmtree(cache, ignore_errors=True)
+    for name, (source, expected) in sorted(weights.items()):
+        if not source.is_file():
+            raise KitError(f"{source}: a shipped SciML checkpoint is missing; restore the "
+                           "checkout (git checkout claims) or use --models train")
+        if sha256(source) != expected:
+            raise KitError(f"{source}: sha256 {sha256(source)} is not the shipped run "
+                           f"manifest's {expected}; restore the checkout or use --models train")
+        target = cache / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, source.read_bytes())
+    _shipped = cache
+    return cache
 
 
 def pin_numerics() -> str:

@@ -29,9 +29,11 @@ import numpy as np
 
 from kit.errors import KitError
 from kit.files import canonical_json, read_json, sha256, write_atomic
-from kit.runfolder import STEPS_DIR, say, write_manifest
+from kit.paths import cache_dir
+from kit.runfolder import MACHINE, STEPS_DIR, WEIGHTS_DIR, say, write_manifest
+from kit.runtime.machine import fingerprint
 from kit.sciml.cards import fixed_tolerance, load_cards
-from kit.sciml.checkpoints import pin_numerics
+from kit.sciml.checkpoints import pin_numerics, take_used
 from kit.sciml.config import Config
 from kit.sciml.deepmind import read_meta
 from kit.sciml.fno_study import run_fno
@@ -129,7 +131,28 @@ def step_catalogue(s: Study) -> list[str]:
 
 
 def step_ledger(s: Study) -> list[str]:
+    """The verdict ledger, every subject's checkpoint the steps used (``weights/``, from
+    the steps' state files, checked against the sha256 each recorded), and the run
+    manifest over both."""
     s.ledger.write(s.out / "ledger.json")
+    cache = s.config.cache or cache_dir()
+    folder = s.out / WEIGHTS_DIR
+    used: dict[str, str] = {}
+    for name in STEPS:
+        if _state_path(s.out, name).is_file():
+            used.update(read_json(_state_path(s.out, name)).get("weights", {}))
+    for name, expected in sorted(used.items()):
+        source = cache / name
+        if not source.is_file() or sha256(source) != expected:
+            raise KitError(f"{source}: the checkpoint a step of {s.out} used is gone or "
+                           "changed since; delete the run folder's steps/ and rerun")
+        target = folder / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, source.read_bytes())
+    for stale in sorted(folder.rglob("*.pt")) if folder.is_dir() else []:
+        if stale.relative_to(folder).as_posix() not in used:
+            stale.unlink()  # a checkpoint of an earlier run of this folder, not used now
+    write_atomic(s.out / MACHINE, canonical_json(fingerprint()))  # run metadata, unhashed
     write_manifest(s.out)
     return ["ledger.json"]
 
@@ -160,6 +183,8 @@ def _kept(s: Study, name: str) -> dict[str, Any] | None:
     if state.get("config") != s.config.identity():
         raise KitError(f"{path}: {s.out} was started with another configuration; "
                        "use another --run folder or delete this one")
+    if "weights" not in state:  # written before the steps noted their checkpoints
+        return None
     same = all((s.out / f).is_file() and sha256(s.out / f) == h
                for f, h in state["outputs"].items())
     return state if same else None
@@ -192,10 +217,12 @@ def run_pipeline(config: Config, out: Path) -> dict[str, Any]:
         say(f"sciml: step {number}/{len(STEPS)} {name}")
         started, decided, verdicts = time.monotonic(), set(s.ledger.decisions), \
             len(s.ledger.verdicts)
+        take_used()
         outputs = step(s)
         write_atomic(_state_path(out, name), canonical_json({
             "step": name, "config": config.identity(),
             "outputs": {f: sha256(out / f) for f in outputs},
+            "weights": {n: sha256(p) for n, p in take_used().items() if p.is_file()},
             "decisions": [d.as_dict() for c, d in s.ledger.decisions.items()
                           if c not in decided],
             "verdicts": [v.as_dict() for v in s.ledger.verdicts[verdicts:]]}))

@@ -29,12 +29,37 @@ def default_folder(resimulate: bool, deepmind: Path | None) -> str:
     return "sciml-deepmind" if deepmind else "sciml-resimulated" if resimulate else "sciml"
 
 
+SHIPPED = Path("claims") / "sciml" / "evidence" / "kit"
+
+
+def shipped_weights(evidence: Path) -> dict[str, tuple[Path, str]]:
+    """Every checkpoint the shipped SciML evidence holds: its name under the cache -> (the
+    file, the sha256 the shipped run manifest lists for it)."""
+    from kit.files import read_json
+    from kit.runfolder import SHIPPED_MANIFEST, WEIGHTS_DIR
+
+    manifest = evidence / SHIPPED_MANIFEST
+    listed = read_json(manifest, "restore it with git checkout claims")
+    files = listed.get("files") if isinstance(listed, dict) else None
+    if not isinstance(files, dict):
+        raise KitError(f"{manifest}: no 'files' mapping; restore it with git checkout claims")
+    prefix = f"{WEIGHTS_DIR}/"
+    found = {name[len(prefix):]: (evidence / name, digest) for name, digest in files.items()
+             if name.startswith(prefix)}
+    if not found:
+        raise KitError(f"{manifest}: the shipped SciML evidence lists no trained weights "
+                       f"({prefix}); use --models train")
+    return found
+
+
 def run_command(run: Path | None = None, without_physicsnemo: bool = False,
                 resimulate: bool = False, deepmind: Path | None = None,
-                small: bool = False) -> Path:
+                small: bool = False, models: str = "train") -> Path:
     """``python -m kit sciml``: build the PhysicsNeMo environment unless left out, then run
     (or resume) every step into ``run`` (default ``runs/<default_folder>``); returns the
-    folder. ``small``: ``Config.tiny`` (its own cache folder, no PhysicsNeMo)."""
+    folder. ``small``: ``Config.tiny`` (its own cache folder, no PhysicsNeMo). ``models``:
+    ``train`` trains (or loads from the cache) every subject; ``shipped`` takes every
+    subject's checkpoint from the shipped evidence and trains nothing."""
     from kit.paths import ROOT, cache_dir
     from kit.runlock import hold
     from kit.runtime.venvs import ensure_physicsnemo
@@ -42,6 +67,9 @@ def run_command(run: Path | None = None, without_physicsnemo: bool = False,
     out = run or ROOT / "runs" / default_folder(resimulate, deepmind)
     with hold(out) as folder:
         if small:
+            if models != "train":
+                raise KitError("sciml --small trains its own tiny subjects; the shipped "
+                               "weights belong to the full configuration")
             if resimulate or deepmind is not None:
                 raise KitError("sciml --small reads its own tiny simulated flow; leave out "
                                "--resimulate and --deepmind")
@@ -49,8 +77,13 @@ def run_command(run: Path | None = None, without_physicsnemo: bool = False,
             return folder
         if deepmind is not None:
             read_meta(deepmind)  # before building anything: a bad folder fails at once
+        cache = None
+        if models == "shipped":
+            from kit.sciml.checkpoints import use_shipped
+
+            cache = use_shipped(shipped_weights(ROOT / SHIPPED), cache_dir() / "sciml-shipped")
         physicsnemo = None if without_physicsnemo else ensure_physicsnemo()
         run_pipeline(Config(physicsnemo=physicsnemo,
                             mgn_source=None if deepmind is None else deepmind.resolve(),
-                            mgn_resimulate=resimulate), folder)
+                            mgn_resimulate=resimulate, cache=cache), folder)
     return folder
