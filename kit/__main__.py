@@ -198,9 +198,18 @@ def _audit(args: argparse.Namespace) -> int:
 
 def _ship(args: argparse.Namespace) -> int:
     from kit.claims.ship import ship
+    from kit.paths import ROOT
     from kit.runfolder import default_run
     from kit.runlock import hold
 
+    if args.replay_record is not None:
+        from kit.claims.replays import ship_record
+
+        if args.run is not None:
+            raise KitError("ship: give --run or --replay-record, not both")
+        for path in ship_record(args.replay_record, args.into or ROOT):
+            print(path)
+        return 0
     folder = args.run or default_run("digits").root
     with hold(folder, create=False):
         print(ship(folder, root=args.into))

@@ -133,6 +133,9 @@ def _add_claims_commands(add: Add) -> None:
     ship.add_argument("--into", type=Path, metavar="DIR",
                       help="ship into DIR/claims/... instead of the checkout (for verify "
                            "--evidence DIR)")
+    ship.add_argument("--replay-record", type=Path, metavar="FILE",
+                      help="instead of a run, add a replay record (the replay-record.json "
+                           "reproduce-all writes) to the evidence: claims/replays/<machine>/")
     reports = add("reports", help="render every study's report from the shipped evidence "
                                   "under claims/")
     reports.add_argument("--out", type=Path, help="report folder (default runs/reports)")

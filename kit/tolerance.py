@@ -40,7 +40,8 @@ from kit import schema
 from kit.files import load_npz, read_bytes, read_json, read_yaml
 
 TOLERANCES = Path(__file__).with_name("protocols") / "tolerances.yaml"
-VERDICTS = ("identical", "within tolerance", "differs")
+RETRAINED = "retrained, within seed spread"  # kit.spread: a retrain judged as science
+VERDICTS = ("identical", "within tolerance", RETRAINED, "differs")
 TINY = float(np.finfo(np.float64).tiny)  # the relative difference's floor under a zero
 
 
@@ -83,8 +84,26 @@ def bound_for(bounds: list[Bound], study: str, name: str) -> Bound | None:
                 None)
 
 
-def compare_file(fresh: Path, shipped: Path, name: str, bound: Bound | None) -> Verdict:
-    """The verdict for one file present in both folders (module docstring)."""
+def compare_file(fresh: Path, shipped: Path, name: str, bound: Bound | None,
+                 retrained: bool = False) -> Verdict:
+    """The verdict for one file present in both folders (module docstring). ``retrained``:
+    the fresh run trained its own models on another CPU, so a JSON record that differs is
+    judged against the study's seed spread (``kit.spread``) before it is called differing."""
+    found = _compare_file(fresh, shipped, name, bound)
+    if retrained and found.verdict == "differs" and name.endswith(".json"):
+        from kit.spread import judge
+
+        judged = judge(read_json(shipped), read_json(fresh))
+        if judged.within:
+            found.verdict = RETRAINED
+            found.where = f"{judged.moved} values moved, each within its seed spread"
+            found.detail = {}
+        else:
+            found.where, found.detail = f"retrained: {judged.outside}", judged.detail or {}
+    return found
+
+
+def _compare_file(fresh: Path, shipped: Path, name: str, bound: Bound | None) -> Verdict:
     if read_bytes(fresh) == read_bytes(shipped):
         return Verdict(name, "identical")
     declared = bound is not None
@@ -202,9 +221,9 @@ def _compare_number(a: float, b: float, bound: Bound, where: str, found: Verdict
 
 
 def compare_folders(fresh: Path, shipped: Path, study: str, names: list[str],
-                    bounds: list[Bound]) -> list[Verdict]:
+                    bounds: list[Bound], retrained: bool = False) -> list[Verdict]:
     """The verdict of every named file (relative to both folders): a file missing from
-    either side differs."""
+    either side differs (``retrained``: ``compare_file``)."""
     verdicts = []
     for name in sorted(names):
         a, b = fresh / name, shipped / name
@@ -212,7 +231,8 @@ def compare_folders(fresh: Path, shipped: Path, study: str, names: list[str],
             missing = "the fresh run" if not a.is_file() else "the shipped evidence"
             verdicts.append(Verdict(name, "differs", where=f"missing from {missing}"))
         else:
-            verdicts.append(compare_file(a, b, name, bound_for(bounds, study, name)))
+            verdicts.append(compare_file(a, b, name, bound_for(bounds, study, name),
+                                         retrained))
     return verdicts
 
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,9 +19,10 @@ from kit.drift.protocol import PROTOCOL, load_protocol, write_small_protocol
 from kit.drift.stages.fetch import SHIPPED_DIGITS, SHIPPED_MANIFEST, run_fetch
 from kit.errors import ConfigError, KitError
 from kit.files import read_json, sha256
+from kit.heartbeat import heartbeat, remaining
 from kit.paths import ROOT
-from kit.reproduce.plan import Cost, load_costs, print_plan
-from kit.reproduce.steps import ORDER, Options, identity, steps_for
+from kit.reproduce.plan import Clock, Cost, load_costs, print_plan
+from kit.reproduce.steps import ORDER, STUDIES, Options, identity, steps_for
 from kit.runfolder import Run
 
 STUDY_FOLDERS = ("claims/drift/evidence/digits", "claims/corpus/evidence/kit",
@@ -106,7 +108,7 @@ def test_the_plan_is_printed_and_stops(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("args", "says"), [
-    (["--only", "drfit"], "--only drfit: no such study"),
+    (["--only", "drfit"], "--only drfit: no such study or step"),
     (["--small", "--models", "shipped"], "the shipped models belong to the full one"),
     (["--workers", "0"], "workers must be at least 1"),
 ])
@@ -122,6 +124,43 @@ def test_bad_options_are_refused_before_any_work(args: list[str], says: str,
 def test_steps_follow_the_order_and_the_studies() -> None:
     assert steps_for(None) == list(ORDER)
     assert steps_for(["realdrift", "corpus"]) == ["corpus", "corpus-detectors", "sweep"]
+    # every step name the plan prints is accepted, alone or beside a study
+    assert steps_for(["corpus-detectors"]) == ["corpus-detectors"]
+    assert steps_for(["sweep", "corpus", "corpus-detectors"]) == [
+        "corpus", "corpus-detectors", "sweep"]
+    for step in ORDER:  # "corpus" names its study too: both its steps
+        assert steps_for([step]) == list(STUDIES.get(step, (step,)))
+
+
+def test_the_clock_updates_the_time_left_from_the_pace_so_far() -> None:
+    """A step that took twice its recorded cost doubles the estimate of the rest, and a
+    running step past its estimate is never shown with time it has already used up."""
+    clock = Clock({"a": 100.0, "b": 300.0}, started=0.0)
+    assert clock.left() == 400.0
+    clock.finish("a", 200.0)
+    assert clock.pace() == 2.0
+    assert clock.left() == 600.0
+    assert clock.left("b", 250.0) == 350.0
+    assert clock.left("b", 900.0) == 0.0
+    assert "at 2.0x the recorded costs" in clock.line(500.0)
+
+
+def test_a_heartbeat_prints_while_a_long_step_runs() -> None:
+    lines: list[str] = []
+    three = threading.Event()
+
+    def emit(line: str) -> None:
+        lines.append(line)
+        if len(lines) >= 3:
+            three.set()
+
+    with heartbeat("building x", expected=0.01, every=0.02, emit=emit):
+        assert three.wait(30)  # the block runs until the third line came
+    assert lines[0].startswith("building x: still running, 0 s so far, over the expected")
+    assert remaining(10, 70) == ", about 60 s left"
+    assert remaining(10, 300) == ", about 5 min left"
+    assert remaining(200, 60) == ", over the expected 60 s by 2 min"
+    assert remaining(10, None) == ""
 
 
 def test_expected_time_and_disk_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -183,17 +222,32 @@ def test_a_changed_shipped_model_or_another_recipe_is_refused(tmp_path: Path) ->
         run_fetch(small, Run(tmp_path / "c"), "cifar100", source="shipped")
 
 
-def test_the_models_come_from_the_evidence_where_the_kernels_differ(tmp_path: Path) -> None:
-    """auto retrains only where this machine picks the evidence machine's kernels."""
-    from kit.reproduce.command import SHIPPED_MACHINE, same_kernels
+def test_every_step_starts_from_the_shipped_weights_on_a_cpu_that_differs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto retrains only on the very CPU that made a study's evidence (same model and
+    flags); on any other, every step that trains starts from the shipped weights, except
+    the sweep, which cannot (and says so); a retrain elsewhere is judged by the spread."""
+    from kit.reproduce import command
     from kit.runtime.machine import fingerprint
 
-    assert SHIPPED_MACHINE.is_file()
-    here = tmp_path / "machine.json"
-    here.write_text(json.dumps({**fingerprint(), "cpu": "another model",
-                                "cpu_flags_sha256": "0" * 64}))
-    assert same_kernels(here)  # the model string and the other flags do not pick kernels
-    isa = fingerprint()["isa"]
-    other = isa[:-1] if "avx512f" in isa else [*isa, "avx512f"]  # with or without AVX-512
-    here.write_text(json.dumps({**fingerprint(), "isa": other}))
-    assert not same_kernels(here)
+    here = fingerprint()
+    record = tmp_path / "machine.json"
+    monkeypatch.setattr(command, "MODEL_EVIDENCE", dict.fromkeys(command.MODEL_EVIDENCE, record))
+    steps = ["drift", "corpus", "corpus-detectors", "sciml", "sweep"]
+    record.write_text(json.dumps(here))
+    assert command.resolve_models("auto", False, steps) == {
+        "drift": "train", "corpus-detectors": "train", "sciml": "train", "sweep": "train"}
+    for other in ({**here, "cpu": "another model"}, {**here, "cpu_flags_sha256": "0" * 64}):
+        record.write_text(json.dumps(other))  # the evidence machine's record, faked
+        models = command.resolve_models("auto", False, steps)
+        assert models == {"drift": "shipped", "corpus-detectors": "shipped",
+                          "sciml": "shipped", "sweep": "train"}
+        assert command.retrained(models) == ["realdrift/digits"]
+        trained = command.resolve_models("train", False, steps)
+        assert command.retrained(trained) == ["corpus/detectors", "drift/digits",
+                                              "realdrift/digits", "sciml/kit"]
+    record.unlink()  # no record: another CPU
+    assert command.resolve_models("auto", False, ["sciml"]) == {"sciml": "shipped"}
+    assert command.resolve_models("auto", True, ["sciml"]) == {"sciml": "train"}
+
+

@@ -26,15 +26,16 @@ record as the matrix of CPUs the kit has replayed on. It is also drawn as a page
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from kit.claims.ledger import Outcome, clear_cache, evaluate, load_ledger
 from kit.errors import KitError
-from kit.files import canonical_json, plain_files, read_json, write_atomic
+from kit.files import canonical_json, plain_files, read_json, sha256, write_atomic
 from kit.paths import ROOT
 from kit.runfolder import MACHINE, SHIPPED_MANIFEST, UNHASHED
-from kit.tolerance import compare_folders, load_bounds, summary
+from kit.tolerance import RETRAINED, compare_folders, load_bounds, summary
 
 RECORD = "replay-record.json"
 
@@ -54,13 +55,19 @@ def machine_name(machine: dict[str, Any] | None) -> str:
            f"{' '.join(machine.get('isa', [])) or 'no listed ISA flags'})"
 
 
-def fresh_report(fresh: Path, root: Path = ROOT) -> dict[str, Any]:
-    """Per study and substrate present in ``fresh``: the file verdicts and the status
-    diff against the shipped evidence under ``root``."""
+def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
+                 models: dict[str, str] | None = None) -> dict[str, Any]:
+    """Per study and substrate present in ``fresh`` (``study/substrate``): the file
+    verdicts and the status diff against the shipped evidence under ``root``.
+    ``retrained``: the ``study/substrate`` names (or ``*``) whose fresh run trained its own
+    models on a CPU other than the evidence machine's: their files are judged against the
+    seed spread (``kit.spread``) and their verdict is the status diff alone. ``models``:
+    where each one's trained models came from, for the record."""
     if not (fresh / "claims").is_dir():
         raise KitError(f"{fresh}: no claims/ folder; write one with python -m kit ship "
                        f"--run RUN --into {fresh}")
     bounds = load_bounds()
+    chosen = set(retrained)
     studies: dict[str, Any] = {}
     for path in sorted((root / "claims").glob("*.yaml")):
         ledger = load_ledger(path)
@@ -68,26 +75,33 @@ def fresh_report(fresh: Path, root: Path = ROOT) -> dict[str, Any]:
             folder = substrate["evidence"]
             if not (fresh / folder).is_dir():
                 continue
+            where = f"{ledger['study']}/{name}"
+            again = "*" in chosen or where in chosen
             shipped_files = [p.relative_to(root / folder).as_posix()
                              for p in plain_files(root / folder)[0]]
             names = [n for n in shipped_files
                      if n.split("/")[-1] not in (SHIPPED_MANIFEST, *UNHASHED)]
             verdicts = compare_folders(fresh / folder, root / folder, ledger["study"], names,
-                                       bounds)
+                                       bounds, retrained=again)
             made_on = root / folder / MACHINE
             diff = status_diff(ledger, name, root, fresh)
-            studies[f"{ledger['study']}/{name}"] = {
+            study = {
                 "evidence_machine": read_json(made_on) if made_on.is_file() else None,
+                "against": sha256(root / folder / SHIPPED_MANIFEST),
+                "models": (models or {}).get(where), "status_only": again,
                 "files": summary(verdicts),
                 "verdicts": [v.__dict__ for v in verdicts if v.verdict != "identical"],
                 "status_changes": [d for d in diff
                                    if d["fresh_status"] != d["shipped_status"]],
                 "value_changes": [d for d in diff
                                   if d["fresh_status"] == d["shipped_status"]]}
+            study["holds"] = study_holds(study)
+            studies[where] = study
     if not studies:
         raise KitError(f"{fresh}: holds no study's evidence under claims/ (expected "
                        "claims/<study>/evidence/<substrate>)")
-    return {"machine": this_machine(), "studies": studies}
+    return {"machine": this_machine(), "studies": studies,
+            "holds": all(s["holds"] for s in studies.values())}
 
 
 def status_diff(ledger: dict[str, Any], substrate: str, root: Path, fresh: Path
@@ -110,13 +124,11 @@ def status_diff(ledger: dict[str, Any], substrate: str, root: Path, fresh: Path
             if (o.status, o.recomputed) != (shipped[claim].status, shipped[claim].recomputed)]
 
 
-def verdict(report: dict[str, Any], status_only: bool) -> bool:
-    """The reproduction holds: no status changed and (unless ``status_only``) no file
-    differs."""
-    studies = report["studies"].values()
-    changed = any(s["status_changes"] for s in studies)
-    differing = any(s["files"]["counts"]["differs"] for s in studies)
-    return not changed and (status_only or not differing)
+def study_holds(study: dict[str, Any]) -> bool:
+    """One study replays: no status changed and (unless it was retrained on another CPU,
+    ``status_only``) no file differs."""
+    return not study["status_changes"] and \
+        (study["status_only"] or not study["files"]["counts"]["differs"])
 
 
 def files_line(files: dict[str, Any]) -> str:
@@ -124,8 +136,10 @@ def files_line(files: dict[str, Any]) -> str:
     rel 0.0031)``: one study's file counts and figures."""
     counts = files["counts"]
     opaque = files.get("opaque", 0)
+    again = counts.get(RETRAINED, 0)
     return (f"{counts['identical']} identical, {counts['within tolerance']} within tolerance, "
-            f"{counts['differs']} differ (largest differences: abs {files['max_abs']:.3g}, "
+            + (f"{again} {RETRAINED}, " if again else "")
+            + f"{counts['differs']} differ (largest differences: abs {files['max_abs']:.3g}, "
             f"rel {files['max_rel']:.3g}"
             + (f"; {opaque} opaque file(s) without figures" if opaque else "") + ")")
 
@@ -136,11 +150,12 @@ def status_line(study: dict[str, Any]) -> str:
             f"{len(study['value_changes'])} changed value only")
 
 
-def print_report(report: dict[str, Any], status_only: bool) -> None:
+def print_report(report: dict[str, Any]) -> None:
     print(f"replay: on {machine_name(report['machine'])}")
     for where, study in report["studies"].items():
         files = study["files"]
-        print(f"replay: {where}: evidence made on {machine_name(study['evidence_machine'])}")
+        print(f"replay: {where}: evidence made on {machine_name(study['evidence_machine'])}"
+              + (f"; models {study['models']}" if study["models"] else ""))
         print(f"replay: {where}: files: {files_line(files)}")
         if files["first_difference"]:
             first = files["first_difference"]
@@ -152,9 +167,10 @@ def print_report(report: dict[str, Any], status_only: bool) -> None:
                       f" {diff['claim']}: shipped {diff['shipped_status']} "
                       f"({diff['shipped_value']}), fresh {diff['fresh_status']} "
                       f"({diff['fresh_value']})")
-    if status_only:
-        print("replay: files may differ (--status-only: after a retrain on another CPU); "
-              "the verdict is the status diff alone")
+        if study["status_only"]:
+            print(f"replay: {where}: retrained on another CPU: files are judged against the "
+                  "seed spread, and the verdict is the status diff alone")
+        print(f"replay: {where}: {'holds' if study['holds'] else 'FAILS'}")
 
 
 def write_replay_page(report: dict[str, Any], path: Path, ok: bool) -> Path:
@@ -171,8 +187,11 @@ def write_replay_page(report: dict[str, Any], path: Path, ok: bool) -> Path:
             where, ["file", "verdict", "largest abs", "largest rel", "where"],
             [[v["file"], v["verdict"], figure(v["max_abs"]), figure(v["max_rel"]), v["where"]]
              for v in study["verdicts"]],
-            note=f"evidence made on {machine_name(study['evidence_machine'])}; "
-                 + files_line(study["files"])))
+            note=f"{'holds' if study['holds'] else 'FAILS'}; evidence made on "
+                 f"{machine_name(study['evidence_machine'])}; models "
+                 f"{study['models'] or 'not recorded'}; "
+                 + ("retrained on another CPU: the status diff decides; " if
+                    study["status_only"] else "") + files_line(study["files"])))
         for kind, title in (("status_changes", "claims whose status changed"),
                             ("value_changes", "claims whose value alone changed")):
             sections.append(PageTable(
@@ -182,23 +201,21 @@ def write_replay_page(report: dict[str, Any], path: Path, ok: bool) -> Path:
                 note=status_line(study)))
     page = html_page("Replay against the shipped evidence",
                      f"Replay against the shipped evidence: {'holds' if ok else 'FAILS'}",
-                     {"replayed on": machine_name(report["machine"]),
-                      "files may differ (--status-only)": report.get("status_only", False)},
+                     {"replayed on": machine_name(report["machine"])},
                      sections)
     write_atomic(path, page.encode())
     return path
 
 
 def verify_fresh(fresh: Path, status_only: bool = False, out: Path | None = None,
-                 models: str | None = None) -> int:
+                 retrained: Iterable[str] = (), models: dict[str, str] | None = None) -> int:
     """``verify --evidence DIR``: the file verdicts and the status diff; exit 0 when the
-    reproduction holds. The replay record goes to ``DIR/replay-record.json`` (``models``:
-    where the fresh run's trained models came from, when known) and the page to ``out``
-    (default ``runs/replay/index.html``)."""
-    report = fresh_report(fresh)
-    ok = verdict(report, status_only)
-    report["holds"], report["status_only"], report["models"] = ok, status_only, models
-    print_report(report, status_only)
+    reproduction holds. ``status_only``: every study was retrained on another CPU
+    (``retrained`` names some). The replay record goes to ``DIR/replay-record.json`` and
+    the page to ``out`` (default ``runs/replay/index.html``)."""
+    report = fresh_report(fresh, retrained=["*"] if status_only else retrained, models=models)
+    ok = report["holds"]
+    print_report(report)
     write_atomic(fresh / RECORD, canonical_json(report))
     page = write_replay_page(report, out or ROOT / "runs" / "replay" / "index.html", ok)
     print(f"replay: {'holds' if ok else 'FAILS'}; record {fresh / RECORD}, page {page}")

@@ -158,6 +158,23 @@ def _counts(report: dict[str, Any]) -> list[str]:
     return parts
 
 
+def _replays(report: dict[str, Any]) -> list[str]:
+    """The matrix of CPUs the kit has replayed on (``kit.claims.replays``)."""
+    replays = report.get("replays") or {"header": [], "rows": []}
+    parts = ['<h2 id="replays">Where the kit has replayed</h2>',
+             '<p class="note">Each row is one CPU on which reproduce-all ran a study and '
+             "compared it with the shipped evidence (claims/replays/, under the root); each "
+             "cell is that study's verdict there: files identical, within their measured "
+             "tolerance, or differing, and the claims whose status or value changed.</p>"]
+    if not replays["rows"]:
+        return [*parts, "<p>No replay record is shipped.</p>"]
+    parts.append('<table class="replays"><tr>'
+                 + "".join(f"<th>{_e(h)}</th>" for h in replays["header"]) + "</tr>")
+    parts += ["<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>"
+              for row in replays["rows"]]
+    return [*parts, "</table>"]
+
+
 def _legend() -> list[str]:
     return (['<h2 id="legend">What each status means</h2><ul class="legend">']
             + [f"<li>{_badge(status)} {_e(sentence)}</li>"
@@ -168,7 +185,8 @@ def _legend() -> list[str]:
 def _toc(report: dict[str, Any]) -> list[str]:
     claims = report.get("claims", [])
     parts = ['<nav class="toc"><h2>Contents</h2><ul>',
-             '<li><a href="#counts">Counts</a> · <a href="#legend">Statuses</a></li>']
+             '<li><a href="#counts">Counts</a> · <a href="#legend">Statuses</a> · '
+             '<a href="#replays">Replays by CPU</a></li>']
     for study in _studies_in(report):
         mine = [c for c in claims if c["study"] == study]
         parts.append(f'<li><a href="#study-{study}">{_e(STUDY_TITLES.get(study, study))}</a>'
@@ -329,7 +347,7 @@ def page(report: dict[str, Any], page_dir: Path, root: Path = ROOT) -> str:
              "<title>Claims: what the kit reproduced</title>"
              f"<style>{CSS}</style></head><body>",
              *_header(report), *_linked(page_dir, root), *_toc(report), *_counts(report),
-             *_legend(), *_filters(report), *_studies(report, page_dir, root),
+             *_replays(report), *_legend(), *_filters(report), *_studies(report, page_dir, root),
              f"<script>{SCRIPT}</script></body></html>"]
     return "\n".join(parts) + "\n"
 

@@ -322,6 +322,11 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     except KitError as exc:  # a ledger that did not load holds none of its claims
         raise KitError(f"{exc}; failed checks: {'; '.join(problems)}" if problems
                        else str(exc)) from exc
+    from kit.claims.replays import load_records, matrix
+
+    records, replay_problems = load_records(root)
+    problems += replay_problems
+    header, rows = matrix(records)
     found_roots = roots(root)
     digest = found_roots["combined"]
     if expect_root is not None and expect_root.lower() != digest:
@@ -334,6 +339,7 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     ok = not problems and not differing and not (strict_findings and reversed_)
     report = {"ok": ok, "root": digest, "roots": found_roots,
               "strict_findings": strict_findings,
+              "replays": {"header": header, "rows": rows},
               "problems": problems, "counts": counts,
               "claims": [o.as_dict() for o in outcomes]}
     validate_report(report)

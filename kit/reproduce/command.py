@@ -12,12 +12,16 @@ root, then the claims recomputed from the fresh run beside the shipped ones.
    the status diff, the page ``<runs>/replay/index.html``. The exit status is the
    verdict's.
 
-The drift study's models (``--models``): ``shipped`` starts from the shipped digits models
-(sha256-checked), so the study replays on identical weights; ``train`` retrains them.
-``auto`` (the default) trains where this machine picks the same float kernels as the
-machine that made the evidence (the same architecture and instruction-set flags,
-``kit.runtime.machine``), and takes the shipped models elsewhere. After a retrain on
-another CPU the files may differ, and the verdict is the status diff alone (said so).
+Every study's trained models (``--models``): ``shipped`` starts each step that trains from
+the shipped weights (sha256-checked): the digits models for the drift study and the
+detector study, every subject's checkpoint for the SciML study; the study then replays on
+identical weights, within the measured tolerances on any x86-64 CPU. ``train`` retrains
+them. ``auto`` (the default) trains only on the very CPU that made that study's evidence
+(the same model and CPU flags, ``kit.runtime.machine``) and starts from the shipped
+weights on any CPU that differs. After a retrain on another CPU the files are judged
+against the study's own seed spread (``kit.spread``) and the verdict is the status diff
+alone (said so). The sweep always trains: its BatchNormalization-kept export needs the
+training weights, which its evidence does not ship; the plan says so.
 
 ``--small`` runs every study's small configuration (minutes) into ``runs/small``. Its
 numbers are not the shipped configuration's, so nothing is compared with the shipped
@@ -47,15 +51,51 @@ from kit.runlock import hold
 
 STATE = "state.json"
 SHIPPED_MACHINE = ROOT / "claims" / "drift" / "evidence" / "digits" / MACHINE
+# The machine record of the evidence each training step's shipped weights belong to.
+MODEL_EVIDENCE = {"drift": SHIPPED_MACHINE, "corpus-detectors": SHIPPED_MACHINE,
+                  "sweep": SHIPPED_MACHINE,
+                  "sciml": ROOT / "claims" / "sciml" / "evidence" / "kit" / MACHINE}
+# Where each step's run is judged in the replay record (study/substrate).
+JUDGED_AS = {"drift": "drift/digits", "corpus": "corpus/kit",
+             "corpus-detectors": "corpus/detectors", "sciml": "sciml/kit",
+             "sweep": "realdrift/digits"}
+# The steps that cannot start from shipped weights, and why.
+TRAINS_ALWAYS = {"sweep": "its BatchNormalization-kept export needs the training weights, "
+                          "which the evidence does not ship"}
 
 
-def same_kernels(shipped: Path = SHIPPED_MACHINE) -> bool:
-    """Whether this machine picks the float kernels the evidence's machine picked: the same
-    architecture and instruction-set flags (``kit.runtime.machine.ISA``)."""
+def same_cpu(shipped: Path, here: dict[str, Any] | None = None) -> bool:
+    """Whether this machine is the CPU that made the evidence ``shipped`` (a machine.json):
+    the same architecture, CPU model and CPU flags. A missing record is another CPU."""
     from kit.runtime.machine import fingerprint
 
-    recorded, here = read_json(shipped), fingerprint()
-    return all(recorded.get(k) == here[k] for k in ("machine", "isa"))
+    if not shipped.is_file():
+        return False
+    recorded, here = read_json(shipped), here or fingerprint()
+    return all(recorded.get(k) == here[k] for k in ("machine", "cpu", "cpu_flags_sha256"))
+
+
+def resolve_models(asked: str, small: bool, steps: list[str],
+                   here: dict[str, Any] | None = None) -> dict[str, str]:
+    """Each training step's models: ``train`` or ``shipped`` (module docstring)."""
+    found = {}
+    for step in steps:
+        if step not in MODEL_EVIDENCE:
+            continue
+        if small or step in TRAINS_ALWAYS:
+            found[step] = "train"
+        elif asked != "auto":
+            found[step] = asked
+        else:
+            found[step] = "train" if same_cpu(MODEL_EVIDENCE[step], here) else "shipped"
+    return found
+
+
+def retrained(models: dict[str, str], here: dict[str, Any] | None = None) -> list[str]:
+    """The studies (``study/substrate``) whose run trained its own models on a CPU other than
+    the one that made their evidence: judged against the seed spread, by status alone."""
+    return sorted(JUDGED_AS[step] for step, source in models.items()
+                  if source == "train" and not same_cpu(MODEL_EVIDENCE[step], here))
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -66,19 +106,19 @@ def run_command(args: argparse.Namespace) -> int:
     if args.small and args.models == "shipped":
         raise KitError("--small --models shipped: the small configuration trains its own "
                        "one-epoch model; the shipped models belong to the full one")
-    models = args.models
-    if models == "auto":
-        models = "train" if args.small or same_kernels() else "shipped"
-        say(f"reproduce-all: drift models: {models} ("
-            + ("the small configuration trains" if args.small else
-               "this CPU picks the evidence machine's kernels" if models == "train" else
-               "this CPU differs from the evidence machine's, "
-               f"{SHIPPED_MACHINE}") + ")")
+    steps = steps_for(args.only)
+    models = resolve_models(args.models, args.small, steps)
+    for step, source in models.items():
+        why = ("the small configuration trains" if args.small else TRAINS_ALWAYS.get(step)
+               or (f"--models {args.models}" if args.models != "auto" else
+                   "this is the CPU that made its evidence" if source == "train" else
+                   f"this CPU is not the one that made its evidence ({MODEL_EVIDENCE[step]})"))
+        say(f"reproduce-all: {step}: models {source} ({why})")
     runs = args.runs or ROOT / "runs" / ("small" if args.small else "")
     options = Options(runs=runs.resolve(), small=args.small, models=models,
                       without_physicsnemo=args.without_physicsnemo, backend=args.backend,
                       scheduler=args.scheduler, workers=args.workers)
-    return reproduce_all(options, steps_for(args.only), plan_only=args.plan)
+    return reproduce_all(options, steps, plan_only=args.plan)
 
 
 def reproduce_all(o: Options, steps: list[str], plan_only: bool = False) -> int:
@@ -127,8 +167,10 @@ def judge(o: Options, steps: list[str], folder: Path) -> int:
         ship(o.folder(step), root=fresh)
     if o.small:
         return small_verdict(fresh)
-    status_only = "drift" in steps and o.models == "train" and not same_kernels()
-    return verify_fresh(fresh, status_only, out=o.runs / "replay" / "index.html")
+    models = {JUDGED_AS[step]: source for step, source in o.models.items() if step in steps}
+    return verify_fresh(fresh, out=o.runs / "replay" / "index.html",
+                        retrained=retrained({s: m for s, m in o.models.items() if s in steps}),
+                        models=models)
 
 
 def small_verdict(fresh: Path) -> int:

@@ -22,7 +22,7 @@ import hashlib
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kit.errors import KitError
@@ -51,9 +51,9 @@ class Options:
 
     runs: Path
     small: bool = False
-    # Every study's trained models: "train" or "shipped" (the drift study, the detector
-    # study and the sweep share the digits models; the SciML study has its own subjects).
-    models: str = "train"
+    # Each training step's models, "train" (the default) or "shipped"
+    # (``kit.reproduce.command.resolve_models``).
+    models: dict[str, str] = field(default_factory=dict)
     without_physicsnemo: bool = False
     backend: str | None = None
     scheduler: str | None = None
@@ -61,6 +61,9 @@ class Options:
 
     def folder(self, step: str) -> Path:
         return self.runs / FOLDERS[step]
+
+    def model(self, step: str) -> str:
+        return self.models.get(step, "train")
 
 
 
@@ -104,7 +107,7 @@ def _scale(o: Options) -> list[str]:
 def drift_argv(o: Options) -> list[list[str]]:
     """The study, then its same-machine replay (claims A-112 and A-113 read replay.json)."""
     protocol = ["--protocol", str(small_protocols(o)[0])] if o.small else []
-    folder = ["--run", str(o.folder("drift")), "--models", o.models, *protocol]
+    folder = ["--run", str(o.folder("drift")), "--models", o.model("drift"), *protocol]
     return [["reproduce", *folder, *_scale(o)],
             ["verify", "--replay", *folder, *(["--backend", o.backend] if o.backend else [])]]
 
@@ -121,13 +124,13 @@ def detectors_argv(o: Options) -> list[list[str]]:
         subset = ["--protocol", str(drift), "--study-protocol", str(study), "--cases",
                   SMALL_CASE]
     return [["corpus-detectors", "--run", str(o.folder("corpus-detectors")), *subset,
-             "--models", o.models, *_scale(o)]]
+             "--models", o.model("corpus-detectors"), *_scale(o)]]
 
 
 def sciml_argv(o: Options) -> list[list[str]]:
     # The SciML study pins torch's kernels before torch first runs: a process of its own.
     return [["sciml", "--run", str(o.folder("sciml")),
-             *(["--small"] if o.small else ["--models", o.models]),
+             *(["--small"] if o.small else ["--models", o.model("sciml")]),
              *(["--without-physicsnemo"] if o.without_physicsnemo else [])]]
 
 

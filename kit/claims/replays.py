@@ -1,0 +1,127 @@
+"""The replay records the evidence ships: what each study gave on every CPU the kit has
+been replayed on (``claims/replays/<machine>/<study>--<substrate>.json``).
+
+``reproduce-all`` (and ``verify --evidence DIR``) writes the record of the machine it ran
+on (``kit.claims.fresh``). ``python -m kit ship --replay-record FILE`` splits it per study,
+checks each part against ``replay_record.schema.json`` and writes it under the machine's
+folder (a later record of the same study on the same CPU replaces the earlier one), then
+rewrites the manifests: the records are evidence, under the root like every other file of
+``claims/``. verify validates every shipped record and the claims page draws the matrix
+(``matrix``): one row per CPU, one column per study, what held on each.
+
+A machine is named by its CPU model and the sha256 of its CPU flags (``kit.runtime.machine``):
+two hosts that report the same model and flags pick the same kernels.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from kit import schema
+from kit.errors import KitError
+from kit.files import canonical_json, read_json, write_atomic
+from kit.paths import ROOT
+
+REPLAYS = Path("claims") / "replays"
+SCHEMA = "replay_record.schema.json"
+# The fields of a whole record that every study's part carries with it.
+SHARED = ("machine",)
+
+
+def machine_id(machine: dict[str, Any]) -> str:
+    """``intel-r-xeon-r-processor-1a2b3c4d5e6f``: the CPU model as a name, and the first 12
+    hex digits of its flags' sha256."""
+    model = re.sub(r"[^a-z0-9]+", "-", str(machine.get("cpu", "unknown")).lower()).strip("-")
+    return f"{model or 'unknown'}-{str(machine.get('cpu_flags_sha256', ''))[:12]}"
+
+
+def parts(record: dict[str, Any], source: Path) -> dict[str, dict[str, Any]]:
+    """Each study's part of a whole record (``kit.claims.fresh``), schema-checked: the file
+    name under ``claims/replays/<machine>/`` -> the part."""
+    studies = record.get("studies") if isinstance(record, dict) else None
+    if not isinstance(studies, dict) or not studies or \
+            any(key not in record for key in SHARED):
+        raise KitError(f"{source}: not a replay record (reproduce-all or verify --evidence "
+                       "writes one: replay-record.json with the machine and its studies)")
+    found = {}
+    for where, study in sorted(studies.items()):
+        part = {**{key: record[key] for key in SHARED}, **study, "study": where}
+        schema.check(part, SCHEMA, f"{source} (study {where})")
+        found[f"{where.replace('/', '--')}.json"] = part
+    return found
+
+
+def ship_record(source: Path, root: Path = ROOT) -> list[Path]:
+    """Add a replay record to the evidence under ``root`` (module docstring); returns the
+    files written."""
+    from kit.claims.coverage import write_manifests
+
+    record = read_json(source, "give the replay-record.json that reproduce-all wrote")
+    found = parts(record, source)
+    folder = root / REPLAYS / machine_id(record["machine"])
+    for top in (root / "claims", root / REPLAYS, folder):
+        if top.is_symlink() or (top.exists() and not top.is_dir()):
+            raise KitError(f"{top}: not a folder of the checkout (a link or a file); move "
+                           "it away")
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, part in found.items():
+        write_atomic(folder / name, canonical_json(part))
+        written.append(folder / name)
+    write_manifests(root)
+    return written
+
+
+def load_records(root: Path = ROOT) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every shipped part (sorted by machine and study) and the problems with them: a part
+    that breaks the schema, or that lies under another machine's folder or study's name."""
+    records, problems = [], []
+    top = root / REPLAYS
+    for path in sorted(top.glob("*/*.json")) if top.is_dir() else []:
+        try:
+            part = read_json(path, "restore it from git")
+        except KitError as exc:
+            problems.append(str(exc))
+            continue
+        found = schema.problems(part, SCHEMA, path)
+        if not found:
+            expected = (machine_id(part["machine"]),
+                        f"{part['study'].replace('/', '--')}.json")
+            if (path.parent.name, path.name) != expected:
+                found = [f"{path}: filed under the wrong name; its machine and study say "
+                         f"{'/'.join(expected)}"]
+        problems += found
+        if not found:
+            records.append({**part, "file": path.relative_to(root).as_posix()})
+    return records, problems
+
+
+def cell(part: dict[str, Any]) -> str:
+    """One study on one CPU: ``holds: 953 identical, 2 within, 0 differ; 0 status changes``."""
+    counts = part["files"]["counts"]
+    verdict = "holds" if part["holds"] else "FAILS"
+    kind = " (retrained: status diff decides)" if part["status_only"] else ""
+    return (f"{verdict}{kind}: {counts['identical']} identical, "
+            f"{counts['within tolerance']} within, {counts['differs']} differ; "
+            f"{len(part['status_changes'])} status changes, "
+            f"{len(part['value_changes'])} value changes")
+
+
+def matrix(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """The CPUs the kit has replayed on, one row each (CPU, its ISA, the models), one
+    column per study: the header and the rows."""
+    studies = sorted({r["study"] for r in records})
+    rows: dict[str, dict[str, Any]] = {}
+    for r in records:
+        row = rows.setdefault(machine_id(r["machine"]), {"machine": r["machine"], "cells": {}})
+        row["cells"][r["study"]] = r
+    header = ["CPU", "ISA (kernel-picking flags)", *studies]
+    table = []
+    for key, row in sorted(rows.items()):
+        machine = row["machine"]
+        table.append([f"{machine['cpu']} ({key})", " ".join(machine.get("isa", [])),
+                      *(cell(row["cells"][s]) + f"; models {row['cells'][s]['models']}"
+                        if s in row["cells"] else "not replayed" for s in studies)])
+    return header, table

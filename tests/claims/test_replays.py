@@ -1,0 +1,87 @@
+"""The replay records the evidence ships (``kit.claims.replays``): a record written by a
+replay is split per study, schema-checked and filed under its machine by ``ship
+--replay-record``; verify validates every shipped record and the claims page draws the
+matrix of CPUs; a record that is not one, or is filed under another machine, is refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kit.claims.coverage import check_manifests
+from kit.claims.fresh import RECORD, verify_fresh
+from kit.claims.page import page
+from kit.claims.replays import REPLAYS, load_records, machine_id, matrix, ship_record
+from kit.errors import KitError
+from kit.paths import ROOT
+
+CORPUS = "claims/corpus/evidence/kit"
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """The committed claims and manifests: what ship --replay-record writes into."""
+    root = tmp_path / "checkout"
+    for name in ("claims", "manifests"):
+        shutil.copytree(ROOT / name, root / name)
+    shutil.rmtree(root / REPLAYS, ignore_errors=True)
+    return root
+
+
+@pytest.fixture
+def record(tmp_path: Path) -> Path:
+    """The replay record of this machine for the corpus, replayed as shipped."""
+    fresh = tmp_path / "fresh"
+    shutil.copytree(ROOT / CORPUS, fresh / CORPUS)
+    assert verify_fresh(fresh, out=tmp_path / "page.html", models={}) == 0
+    return fresh / RECORD
+
+
+def test_a_record_ships_under_its_machine_and_is_drawn(checkout: Path, record: Path) -> None:
+    written = ship_record(record, checkout)
+    machine = json.loads(record.read_text())["machine"]
+    assert [p.relative_to(checkout).as_posix() for p in written] == [
+        f"claims/replays/{machine_id(machine)}/corpus--kit.json"]
+    assert check_manifests(checkout) == []  # listed in the evidence manifest: under the root
+    records, problems = load_records(checkout)
+    assert problems == []
+    assert [r["study"] for r in records] == ["corpus/kit"]
+    header, rows = matrix(records)
+    assert header == ["CPU", "ISA (kernel-picking flags)", "corpus/kit"]
+    assert rows[0][0].startswith(machine["cpu"])
+    counts = records[0]["files"]["counts"]
+    assert rows[0][2].startswith(f"holds: {counts['identical']} identical, 0 within, 0 differ; "
+                                 "0 status changes, 0 value changes")
+    html = page({"ok": True, "replays": {"header": header, "rows": rows}}, checkout)
+    assert 'id="replays"' in html
+    assert f"holds: {counts['identical']} identical" in html
+    # shipping the same study from the same CPU again replaces its part, nothing more
+    ship_record(record, checkout)
+    assert len(list((checkout / REPLAYS).rglob("*.json"))) == 1
+
+
+def test_a_record_that_is_not_one_is_refused(checkout: Path, record: Path,
+                                             tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"studies": {}}))
+    with pytest.raises(KitError, match="not a replay record"):
+        ship_record(bad, checkout)
+    broken = json.loads(record.read_text())
+    broken["studies"]["corpus/kit"]["files"]["counts"]["differs"] = -1
+    bad.write_text(json.dumps(broken))
+    with pytest.raises(KitError, match="study corpus/kit"):
+        ship_record(bad, checkout)
+    assert not (checkout / REPLAYS).exists()
+
+
+def test_a_record_filed_under_another_machine_is_a_problem(checkout: Path, record: Path
+                                                           ) -> None:
+    [written] = ship_record(record, checkout)
+    moved = written.parent.with_name("another-cpu-000000000000")
+    written.parent.rename(moved)
+    records, problems = load_records(checkout)
+    assert records == []
+    assert "filed under the wrong name" in problems[0]
