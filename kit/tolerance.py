@@ -19,9 +19,12 @@ file (file name to hash), is the hash of another evidence file, which is judged 
 it is not compared: only the names must agree (a file without a bound must be identical
 byte for byte, hashes included).
 
-The bounds are declared once, per study and kind of file, each with its reason, in
-``kit/protocols/tolerances.yaml`` (schema ``tolerances.schema.json``; under the evidence root
-like every protocol). A file no bound names must be identical. Machine facts
+The bounds are written once, per study and kind of file, each with its reason and the
+measurements it rests on (a shipped replay record, or a restriction replay documented in
+``docs/tolerances.md``), in ``kit/protocols/tolerances.yaml`` (schema
+``tolerances.schema.json``; under the evidence root like every protocol). A file no bound
+names must be identical, and the same file lists each such kind with why it is
+deterministic by construction. Machine facts
 (``machine.json`` and the other run metadata of ``kit.runfolder.UNHASHED``) stay outside the
 comparison.
 """
@@ -70,12 +73,18 @@ class Verdict:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def load_bounds(path: Path = TOLERANCES) -> list[Bound]:
-    """Every declared bound (schema-checked; a bad file is a KitError naming it)."""
+def load_tolerances(path: Path = TOLERANCES) -> dict[str, Any]:
+    """The whole file: bounds with their measurements, and the exact kinds
+    (schema-checked; a bad file is a KitError naming it)."""
     document = read_yaml(path)
     schema.check(document, "tolerances.schema.json", path)
+    return document  # type: ignore[no-any-return]
+
+
+def load_bounds(path: Path = TOLERANCES) -> list[Bound]:
+    """Every bound, in the file's order (the first that matches a file applies)."""
     return [Bound(b["study"], b["files"], float(b["atol"]), float(b["rtol"]), b["reason"])
-            for b in document["tolerances"]]
+            for b in load_tolerances(path)["tolerances"]]
 
 
 def bound_for(bounds: list[Bound], study: str, name: str) -> Bound | None:

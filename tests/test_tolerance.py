@@ -6,6 +6,7 @@ changed status is reported and fails the verdict."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 from pathlib import Path
@@ -26,6 +27,7 @@ from kit.tolerance import (
     compare_file,
     compare_folders,
     load_bounds,
+    load_tolerances,
     relative_difference,
 )
 
@@ -108,6 +110,72 @@ def test_the_declared_bounds_name_their_files_and_reasons() -> None:
     assert bound_for(bounds, "drift", "score/cases/cand-rot10-bilinear.npz") is not None
     assert bound_for(bounds, "drift", "fetch/models/resnet20.onnx") is None
     assert all(len(b.reason) > 40 for b in bounds)
+
+
+def _evidence_files() -> list[tuple[str, str]]:
+    """(study, file relative to its evidence folder) of every shipped evidence file a
+    replay compares."""
+    from kit.claims.ledger import load_ledger
+    from kit.files import plain_files
+    from kit.runfolder import SHIPPED_MANIFEST, UNHASHED
+
+    found = []
+    for path in sorted((ROOT / "claims").glob("*.yaml")):
+        ledger = load_ledger(path)
+        for substrate in ledger["substrates"].values():
+            folder = ROOT / substrate["evidence"]
+            found += [(ledger["study"], p.relative_to(folder).as_posix())
+                      for p in plain_files(folder)[0]
+                      if p.name not in (SHIPPED_MANIFEST, *UNHASHED)]
+    return found
+
+
+def test_every_evidence_file_has_a_bound_or_is_exact_by_construction() -> None:
+    """A file kind with no bound must be listed with why it is deterministic."""
+    document = load_tolerances()
+    bounds = load_bounds()
+    exact = [(e["study"], e["files"]) for e in document["exact"]]
+    loose = [(study, name) for study, name in _evidence_files()
+             if bound_for(bounds, study, name) is None
+             and not any(s == study and fnmatch.fnmatch(name, p) for s, p in exact)]
+    assert loose == []
+
+
+def test_every_bound_rests_on_its_measurements() -> None:
+    """Each measurement that cites a shipped replay record is recomputed from it (the
+    largest differences of the files the bound names); every bound covers what it was
+    measured from; a bound wider than ten times that says why; one without measurements
+    says why not."""
+    from kit.claims.replays import load_records
+
+    records, problems = load_records()
+    assert problems == []
+    by_file = {r["file"]: r for r in records}
+    for entry in load_tolerances()["tolerances"]:
+        name = f"{entry['study']} {entry['files']}"
+        if not entry["measured"]:
+            assert "unmeasured" in entry, name
+            continue
+        for m in entry["measured"]:
+            if m["source"].startswith("claims/replays/"):
+                record = by_file[m["source"]]
+                assert record["study"].split("/")[0] == entry["study"], name
+                mine = [v for v in record["verdicts"]
+                        if fnmatch.fnmatch(v["file"], entry["files"])
+                        and bound_for(load_bounds(), entry["study"], v["file"]) is not None
+                        and bound_for(load_bounds(), entry["study"], v["file"]).files
+                        == entry["files"]]
+                assert m["max_abs"] == max((v["max_abs"] for v in mine), default=0.0), name
+                assert m["max_rel"] == max((v["max_rel"] for v in mine), default=0.0), name
+            else:
+                assert (ROOT / m["source"]).is_file(), name
+                text = (ROOT / m["source"]).read_text()
+                assert f"{m['max_abs']:.3g}" in text, name
+            assert m["max_abs"] <= entry["atol"] or m["max_rel"] <= entry["rtol"], name
+        widest_abs = max(m["max_abs"] for m in entry["measured"])
+        widest_rel = max(m["max_rel"] for m in entry["measured"])
+        if entry["atol"] > 10 * widest_abs and entry["rtol"] > 10 * widest_rel:
+            assert "margin_reason" in entry, name
 
 
 @pytest.fixture
