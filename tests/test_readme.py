@@ -65,3 +65,17 @@ def test_the_readme_cites_the_papers_by_title_not_by_a_path_outside_the_reposito
     assert "When Metamorphic Contrast Hurts" in flat
     assert "Domain-Validity-Gated Metamorphic Testing of Scientific ML Surrogates" in flat
     assert "## Artifact evaluation" in README
+
+
+def test_the_readme_shows_the_matrix_of_the_shipped_replay_records() -> None:
+    """The README's table of CPUs is the one the shipped records make
+    (``python -m kit.claims.replays`` prints it): a record added or changed without the
+    README, or the other way round, fails here."""
+    from kit.claims.replays import load_records, markdown
+
+    records, problems = load_records()
+    assert problems == []
+    assert records  # at least this kit's own replay is shipped
+    shown = re.search(r"<!-- replays -->\n(.*?)\n<!-- /replays -->", README, re.S)
+    assert shown is not None
+    assert shown.group(1) == markdown(records)

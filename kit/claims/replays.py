@@ -109,6 +109,20 @@ def cell(part: dict[str, Any]) -> str:
             f"{len(part['value_changes'])} value changes")
 
 
+def _models(part: dict[str, Any]) -> str:
+    return {None: "no trained models", "shipped": "on the shipped weights",
+            "train": "retrained here"}.get(part["models"], str(part["models"]))
+
+
+def markdown(records: list[dict[str, Any]]) -> str:
+    """The matrix as the README prints it (between ``<!-- replays -->`` marks; the tests
+    hold the README to the shipped records)."""
+    header, rows = matrix(records)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def matrix(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """The CPUs the kit has replayed on, one row each (CPU, its ISA, the models), one
     column per study: the header and the rows."""
@@ -122,6 +136,10 @@ def matrix(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     for key, row in sorted(rows.items()):
         machine = row["machine"]
         table.append([f"{machine['cpu']} ({key})", " ".join(machine.get("isa", [])),
-                      *(cell(row["cells"][s]) + f"; models {row['cells'][s]['models']}"
+                      *(cell(row["cells"][s]) + "; " + _models(row["cells"][s])
                         if s in row["cells"] else "not replayed" for s in studies)])
     return header, table
+
+
+if __name__ == "__main__":  # python -m kit.claims.replays: the README's matrix
+    print(markdown(load_records()[0]))

@@ -229,6 +229,43 @@ def test_sciml_run_on_a_tiny_configuration(tmp_path: Path,
     assert (tmp_path / "report" / "index.html").is_file()
     recomputed_claims_agree_with_the_run(tmp_path, fno, pinn)
     resumed_runs_keep_finished_steps(config, tmp_path, capsys)
+    shipped_weights_replay_the_run(config, tmp_path)
+
+
+def shipped_weights_replay_the_run(config: Any, run: Path) -> None:
+    """The run carries every subject's checkpoint it used (``weights/``, under its
+    manifest); a second run that starts from them alone, training nothing, writes the same
+    records byte for byte; a subject they lack is refused, never trained."""
+    from dataclasses import replace
+
+    from kit.errors import KitError
+    from kit.files import read_json, sha256
+    from kit.runfolder import MANIFEST
+    from kit.sciml import checkpoints
+    from kit.sciml.pipeline import run_pipeline
+
+    listed = read_json(run / MANIFEST)["files"]
+    weights = {name.split("/", 1)[1]: (run / name, digest) for name, digest in listed.items()
+               if name.startswith("weights/")}
+    assert {name.split("/")[0] for name in weights} == {
+        "sciml-fno-avx2", "sciml-pinn-avx2", "sciml-mgn-avx2", "sciml-physicsnemo-avx2"}
+    assert all(sha256(path) == digest for path, digest in weights.values())
+    again = run.parent / "from-shipped"
+    try:
+        cache = checkpoints.use_shipped(weights, run.parent / "shipped-cache")
+        run_pipeline(replace(config, cache=cache), again)
+        for name in ["ledger.json", "fno.json", "pinn.json", "mgn.json", "mgn_faults.json",
+                     "unified.json", "second_task.json", *(f"weights/{n}" for n in weights)]:
+            assert (again / name).read_bytes() == (run / name).read_bytes(), name
+        missing = dict(list(weights.items())[1:])
+        cache = checkpoints.use_shipped(missing, run.parent / "shipped-cache")
+        with pytest.raises(KitError, match="the shipped SciML weights hold no"):
+            run_pipeline(replace(config, cache=cache), run.parent / "lacking")
+        bad = {name: (path, "0" * 64) for name, (path, _) in weights.items()}
+        with pytest.raises(KitError, match="is not the shipped run manifest's"):
+            checkpoints.use_shipped(bad, run.parent / "shipped-cache")
+    finally:
+        checkpoints._shipped = None
 
 
 def resumed_runs_keep_finished_steps(config: Any, run: Path,
