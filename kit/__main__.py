@@ -68,7 +68,8 @@ def _verify(args: argparse.Namespace) -> int:
     if args.evidence:
         from kit.claims.fresh import verify_fresh
 
-        return verify_fresh(args.evidence, args.status_only)
+        return verify_fresh(args.evidence, args.status_only, retrained=args.retrained or (),
+                            models=dict.fromkeys(args.retrained or (), "train"))
     if args.replay:
         from kit.drift.replay import replay
 
@@ -78,7 +79,7 @@ def _verify(args: argparse.Namespace) -> int:
                    if getattr(args, name) not in (None, False)]
     if replay_only:
         raise KitError(f"verify: {', '.join(replay_only)} only apply with --replay (or, for "
-                       "--run, --compare; for --status-only, --evidence); add it or leave "
+                       "--run, --compare; for --status-only and --retrained, --evidence); add it or leave "
                        "them out")
     from kit.claims.verify import Selection, verify
     from kit.paths import ROOT
@@ -91,7 +92,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 # The verify options that only a replay reads: refused without --replay.
 REPLAY_OPTIONS = ("stages", "run", "substrate", "backend", "protocol", "small",
-                  "status_only", "models")
+                  "status_only", "retrained", "models")
 
 
 def _sciml(args: argparse.Namespace) -> int:

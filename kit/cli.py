@@ -113,6 +113,10 @@ def _add_claims_commands(add: Add) -> None:
     verify.add_argument("--status-only", action="store_true",
                         help="with --evidence: files may differ (a retrain on another CPU); "
                              "the verdict is the status diff alone")
+    verify.add_argument("--retrained", nargs="+", metavar="STUDY/SUBSTRATE",
+                        help="with --evidence: these studies (sciml/kit, drift/digits, ...) "
+                             "were retrained on another CPU: their files are judged against "
+                             "the seed spread and their verdict is the status diff alone")
     verify.add_argument("--stages", nargs="+", help="stages to replay (default: all)")
     verify.add_argument("--compare", nargs=2, type=Path, metavar=("FIRST", "REPLAY"),
                         help="only compare two finished run folders (writes FIRST/replay.json)")

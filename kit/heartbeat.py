@@ -25,8 +25,11 @@ EVERY = 30.0  # seconds between two lines
 
 
 def minutes(seconds: float) -> str:
-    """``95 s`` below 90 s and ``2 min`` above: how every progress line prints a time."""
-    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+    """``75 s`` below 90 s, ``2.5 min`` below 10 min, ``25 min`` above: how every progress
+    line prints a time (two lines 30 s apart never print the same figure)."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 600 else f"{seconds / 60:.0f} min"
 
 
 def remaining(elapsed: float, expected: float | None) -> str:

@@ -77,12 +77,12 @@ def test_the_help_has_no_markup() -> None:
 
 def test_replay_options_without_replay_are_refused() -> None:
     for option in (["--small"], ["--stages", "split"], ["--substrate", "digits"],
-                   ["--backend", "venv"]):
+                   ["--backend", "venv"], ["--retrained", "sciml/kit"]):
         proc = kit("verify", *option)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr == (f"kit: error: verify: {option[0]} only apply with --replay (or, "
-                               "for --run, --compare; for --status-only, --evidence); add it "
-                               "or leave them out\n")
+                               "for --run, --compare; for --status-only and --retrained, "
+                               "--evidence); add it or leave them out\n")
 
 
 def test_verify_one_claim_prints_that_claim_alone_after_the_summary(tmp_path: Path) -> None:
