@@ -79,8 +79,8 @@ def _verify(args: argparse.Namespace) -> int:
                    if getattr(args, name) not in (None, False)]
     if replay_only:
         raise KitError(f"verify: {', '.join(replay_only)} only apply with --replay (or, for "
-                       "--run, --compare; for --status-only and --retrained, --evidence); add it or leave "
-                       "them out")
+                       "--run, --compare; for --status-only and --retrained, --evidence); "
+                       "add it or leave them out")
     from kit.claims.verify import Selection, verify
     from kit.paths import ROOT
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from kit.errors import KitError
 from kit.files import canonical_json, read_json, sha256, write_atomic
+from kit.heartbeat import heartbeat
 from kit.paths import cache_dir
 from kit.runfolder import MACHINE, STEPS_DIR, WEIGHTS_DIR, say, write_manifest
 from kit.runtime.machine import fingerprint
@@ -218,7 +219,8 @@ def run_pipeline(config: Config, out: Path) -> dict[str, Any]:
         started, decided, verdicts = time.monotonic(), set(s.ledger.decisions), \
             len(s.ledger.verdicts)
         take_used()
-        outputs = step(s)
+        with heartbeat(f"sciml: step {number}/{len(STEPS)} {name}"):  # training is long
+            outputs = step(s)
         write_atomic(_state_path(out, name), canonical_json({
             "step": name, "config": config.identity(),
             "outputs": {f: sha256(out / f) for f in outputs},

@@ -17,6 +17,7 @@ from kit.drift.stages.score import run_score
 from kit.drift.stages.sensitivity import run_sensitivity
 from kit.drift.stages.split import run_split
 from kit.errors import KitError
+from kit.heartbeat import heartbeat
 from kit.runfolder import Run, check_manifest, cpu_seconds, default_run, record_timing, say
 from kit.runlock import check_protocol, hold
 
@@ -55,7 +56,8 @@ def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None =
                            "--run folder")
         run.forget(name)
         start, cpu = time.monotonic(), cpu_seconds()
-        record = steps[name]()
+        with heartbeat(f"{name}: running"):  # fetch trains for minutes on a busy machine
+            record = steps[name]()
         elapsed, cpu = time.monotonic() - start, cpu_seconds() - cpu
         record_timing(run, name, elapsed, cpu)
         say(f"{name}: done in {elapsed:.1f} s, {cpu:.0f} CPU s ({run.root})")
