@@ -12,7 +12,6 @@ and the root digest over everything verify checks.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import os
 from collections.abc import Callable
@@ -196,56 +195,16 @@ def root_digest(root: Path) -> str:
     return _digest(files)
 
 
-# Where verify's code starts: the checks and the page, and the command line that runs them.
-CODE_ENTRIES = ("kit.claims.verify", "kit.claims.page")
-CODE_FILES = ("kit/__init__.py", "kit/__main__.py")
-
-
 def code_files() -> dict[str, Path]:
-    """The code that recomputes and grades, as it runs: every ``kit`` module verify and the
-    claims page import, at module level or inside a function (their import closure, read
-    from the source, so it does not depend on which lazy imports ran), the packages that
-    hold them, and ``kit/__main__.py``; keyed by ``kit/...`` path. ``pyproject.toml`` is
-    added by ``code_digest``."""
+    """The code that can run inside ``python -m kit verify``: every module of the ``kit``
+    package (``kit/**/*.py``), keyed by ``kit/...`` path. All of it, not an import closure
+    read from the source: the command line imports every command's modules inside its
+    functions and the corpus loads its cases by name, so a closure would miss code that
+    runs. ``pyproject.toml`` is added by ``code_digest``; ``kit.claims.isolation`` checks
+    at the end of a run that nothing of the kit ran from anywhere else."""
     package = Path(kit.__file__).resolve().parent
-    found: dict[str, Path] = {name: package.parent / name for name in CODE_FILES}
-    todo = list(CODE_ENTRIES)
-    while todo:
-        module = todo.pop()
-        path = _module_path(package, module)
-        name = relative(path, package.parent)
-        if name in found and module not in CODE_ENTRIES:
-            continue
-        found[name] = path
-        parts = module.split(".")
-        for depth in range(2, len(parts)):
-            init = package.joinpath(*parts[1:depth], "__init__.py")
-            found[relative(init, package.parent)] = init
-        todo += [m for m in _kit_imports(path) if relative(_module_path(package, m),
-                                                             package.parent) not in found]
-    return dict(sorted(found.items()))
-
-
-def _module_path(package: Path, module: str) -> Path:
-    folder = package.joinpath(*module.split(".")[1:])
-    init = folder / "__init__.py"
-    return init if init.is_file() else folder.with_suffix(".py")
-
-
-def _kit_imports(path: Path) -> list[str]:
-    """Every ``kit`` module a source file imports, anywhere in it."""
-    package = Path(kit.__file__).resolve().parent
-    found = []
-    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
-        if isinstance(node, ast.Import):
-            found += [a.name for a in node.names if a.name.split(".")[0] == "kit"]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
-                node.module.split(".")[0] == "kit":
-            found.append(node.module)
-            # ``from kit.drift import assets`` imports the module kit.drift.assets
-            found += [f"{node.module}.{a.name}" for a in node.names
-                      if _module_path(package, f"{node.module}.{a.name}").is_file()]
-    return found
+    return {relative(path, package.parent): path for path in sorted(package.rglob("*.py"))
+            if "__pycache__" not in path.parts}
 
 
 def code_digest(root: Path) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 from kit.claims.coverage import (
     RESTORE,
     check_manifests,
+    code_files,
     collect,
     hash_problems,
     read_record,
@@ -315,7 +316,9 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     if not ledger_paths:
         print(f"verify: no ledger in {root / 'claims'}", file=sys.stderr)
         return 1
-    problems: list[str] = []
+    from kit.claims.isolation import environment, loaded_outside
+
+    problems: list[str] = environment()
     outcomes = evaluate_all(root, ledger_paths, problems)
     try:
         shown = (select or Selection()).chosen(outcomes)
@@ -333,6 +336,9 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
         problems.append(f"root digest {digest} differs from the expected {expect_root} "
                         f"(evidence root {found_roots['evidence']}, code root "
                         f"{found_roots['code']})")
+    if page is not None:
+        import kit.claims.page  # noqa: F401  (loaded before the check below)
+    problems += loaded_outside(code_files())
     counts = count_statuses(outcomes)
     reversed_ = [f"{o.claim}/{o.substrate}" for o in outcomes if o.status == "direction reversed"]
     differing = [f"{o.claim}/{o.substrate}" for o in outcomes if o.status == "differs"]

@@ -1,0 +1,59 @@
+"""What runs inside verify, beyond the files the roots hash.
+
+The code root (``kit.claims.coverage.code_files``) hashes the import closure of
+``kit/__main__.py``, where ``python -m kit verify`` starts. Two ways remain to change which
+code runs without changing a hashed file, and verify refuses both by name:
+
+- **the start-up environment**: ``PYTHONPATH``, ``PYTHONSTARTUP``, ``PYTHONHOME`` and
+  ``PYTHONUSERBASE`` put other code ahead of the kit's or run it before; a
+  ``sitecustomize`` or ``usercustomize`` module runs at every start (``environment``);
+- **a kit module loaded from elsewhere**: at the end of every run, every ``kit`` module in
+  ``sys.modules`` must come from a file the code root hashed (``loaded_outside``).
+
+Each is a failed check naming the variable, module or file: verify fails closed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# Variables that change which code a Python process runs, and what each does.
+VARIABLES = {"PYTHONPATH": "puts its folders ahead of the installed kit and libraries",
+             "PYTHONSTARTUP": "names a file an interactive start runs first",
+             "PYTHONHOME": "replaces the interpreter's standard library",
+             "PYTHONUSERBASE": "adds a user site folder whose .pth files run at start"}
+HOOKS = ("sitecustomize", "usercustomize")
+
+
+def environment() -> list[str]:
+    """Every start-up variable or hook module of this process that could run code the
+    roots do not hash, named with what it does."""
+    problems = [f"{name}={os.environ[name]!r} is set: it {what}, outside every root; run "
+                "verify without it" for name, what in VARIABLES.items()
+                if os.environ.get(name)]
+    for name in HOOKS:
+        module = sys.modules.get(name)
+        where = getattr(module, "__file__", None) if module is not None else None
+        if where:
+            problems.append(f"{where}: a {name} module ran when Python started, outside "
+                            "every root; remove it or run verify in the kit's environment "
+                            "(python3 -m kit.runtime.venvs verify)")
+    return problems
+
+
+def loaded_outside(hashed: dict[str, Path]) -> list[str]:
+    """Every ``kit`` module this process loaded from a file the code root did not hash
+    (``hashed``: the code root's files, ``kit/...`` -> path)."""
+    known = {path.resolve() for path in hashed.values()}
+    problems = []
+    for name, module in sorted(sys.modules.items()):
+        if name != "kit" and not name.startswith("kit."):
+            continue
+        where = getattr(module, "__file__", None)
+        if where is None or Path(where).resolve() not in known:
+            problems.append(f"{where or name}: the kit module {name} ran inside verify but "
+                            "is not one the code root hashed; restore the checkout (or, for "
+                            "a new module, import it from kit/__main__.py's closure)")
+    return problems

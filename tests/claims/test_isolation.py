@@ -1,0 +1,107 @@
+"""Everything that runs inside verify is under the root (``kit.claims.isolation`` and
+``kit.claims.coverage.code_files``): every kit module verify loads is a file the code root
+hashes, so an edit of any of them changes the combined root; a start-up variable or hook
+that runs other code is refused by name; a kit module loaded from anywhere else is named."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from kit.claims.coverage import code_files, roots
+from kit.claims.isolation import environment, loaded_outside
+from kit.paths import ROOT
+
+LOADED = ("import sys, json, kit.__main__ as m; code = m.main(['verify', '--page', sys.argv[1]]);"
+          " print(json.dumps({n: getattr(x, '__file__', None) for n, x in sys.modules.items()"
+          " if n == 'kit' or n.startswith('kit.')}))")
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    return {**env, **extra}
+
+
+def test_every_kit_module_verify_loads_is_one_the_code_root_hashes(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", LOADED, str(tmp_path / "page.html")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=_clean_env(), check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded = json.loads(proc.stdout.splitlines()[-1])
+    assert len(loaded) > 40  # the checks, the ledgers, every study's recompute, the page
+    hashed = {path.resolve() for path in code_files().values()}
+    outside = [name for name, where in loaded.items()
+               if where is None or Path(where).resolve() not in hashed]
+    assert outside == []
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    for name in ("claims", "manifests", "locks", "kit"):
+        shutil.copytree(ROOT / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_three_lines_in_a_module_of_the_command_line_change_the_root(copy: Path) -> None:
+    """The attack the root missed: a module the command line imports (not the checks)
+    rebinds a comparison of the rules; the combined root now moves with it."""
+    published = roots(ROOT)["combined"]
+    steps = copy / "kit" / "reproduce" / "steps.py"
+    steps.write_text(steps.read_text() + "\nimport kit.claims.rules as _r\n"
+                     "_r.__dict__.setdefault('_edited', True)\n")
+    proc = subprocess.run([sys.executable, "-m", "kit", "verify", "--expect-root", published,
+                           "--page", str(copy / "page.html")], cwd=copy, capture_output=True,
+                          text=True, timeout=600, env=_clean_env(), check=False)
+    assert proc.returncode == 1
+    assert f"differs from the expected {published}" in proc.stderr
+
+
+def test_a_sitecustomize_on_pythonpath_is_refused_by_name(tmp_path: Path) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import numpy\n_p = numpy.percentile\n"
+        "numpy.percentile = lambda a, q, *k, **w: _p(a, q, *k, **w) * 1.01\n")
+    proc = subprocess.run([sys.executable, "-m", "kit", "verify", "--page",
+                           str(tmp_path / "page.html")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, env=_clean_env(PYTHONPATH=str(hook)),
+                          check=False)
+    assert proc.returncode == 1
+    assert f"PYTHONPATH={str(hook)!r} is set" in proc.stderr
+    assert f"{hook / 'sitecustomize.py'}: a sitecustomize module ran" in proc.stderr
+    assert proc.stdout.rstrip().endswith("FAILED")
+
+
+def test_the_environment_check_names_each_variable_and_hook(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "PYTHONUSERBASE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delitem(sys.modules, "sitecustomize", raising=False)
+    monkeypatch.delitem(sys.modules, "usercustomize", raising=False)
+    assert environment() == []
+    monkeypatch.setenv("PYTHONSTARTUP", "/tmp/x.py")
+    hook = types.ModuleType("usercustomize")
+    hook.__file__ = str(tmp_path / "usercustomize.py")
+    monkeypatch.setitem(sys.modules, "usercustomize", hook)
+    found = environment()
+    assert found[0].startswith("PYTHONSTARTUP='/tmp/x.py' is set")
+    assert found[1].startswith(f"{tmp_path / 'usercustomize.py'}: a usercustomize module")
+
+
+def test_a_kit_module_loaded_from_elsewhere_is_named(monkeypatch: pytest.MonkeyPatch,
+                                                     tmp_path: Path) -> None:
+    assert loaded_outside(code_files()) == []
+    stray = types.ModuleType("kit.claims.stray")
+    stray.__file__ = str(tmp_path / "stray.py")
+    monkeypatch.setitem(sys.modules, "kit.claims.stray", stray)
+    [found] = loaded_outside(code_files())
+    assert found.startswith(f"{tmp_path / 'stray.py'}: the kit module kit.claims.stray ran")
