@@ -141,5 +141,28 @@ def matrix(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     return header, table
 
 
-if __name__ == "__main__":  # python -m kit.claims.replays: the README's matrix
-    print(markdown(load_records()[0]))
+MARKS = re.compile(r"<!-- replays -->\n.*?<!-- /replays -->", re.S)
+
+
+def write_readme(readme: Path = ROOT / "README.md") -> Path:
+    """Put the shipped records' matrix between the README's ``<!-- replays -->`` marks (a
+    KitError when a record has a problem or the marks are missing)."""
+    records, problems = load_records()
+    if problems:
+        raise KitError("; ".join(problems))
+    text = readme.read_text(encoding="utf-8")
+    if not MARKS.search(text):
+        raise KitError(f"{readme}: no <!-- replays --> ... <!-- /replays --> marks")
+    table = markdown(records)
+    write_atomic(readme, MARKS.sub(lambda _: f"<!-- replays -->\n{table}\n<!-- /replays -->",
+                                   text, count=1).encode())
+    return readme
+
+
+if __name__ == "__main__":  # python -m kit.claims.replays [--readme]: the README's matrix
+    import sys
+
+    if sys.argv[1:] == ["--readme"]:
+        print(write_readme())
+    else:
+        print(markdown(load_records()[0]))
