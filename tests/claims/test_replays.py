@@ -85,3 +85,13 @@ def test_a_record_filed_under_another_machine_is_a_problem(checkout: Path, recor
     records, problems = load_records(checkout)
     assert records == []
     assert "filed under the wrong name" in problems[0]
+
+
+def test_every_shipped_record_holds_and_validates() -> None:
+    """The evidence ships only records that hold: on each CPU listed, every study replayed
+    within its measured bounds with no status changed."""
+    records, problems = load_records()
+    assert problems == []
+    assert records
+    assert [(r["file"], r["holds"]) for r in records if not r["holds"]] == []
+    assert all(not r["status_changes"] for r in records)
