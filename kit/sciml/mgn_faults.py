@@ -274,7 +274,7 @@ def _relative(violation: float, scale: float) -> float:
     return 0.0 if violation == 0 else float(np.finfo(np.float64).max)
 
 
-def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per detector (and ``any``) the trials detected, with Wilson intervals."""
     def detected(hits: int) -> dict[str, Any]:
         return rate(hits, len(rows), count="detected", value=False)
@@ -326,16 +326,16 @@ def run_catalogue(nets: list[tuple[dict[str, Any], Any]], data: dict[str, Array]
     mutants = {}
     for mutant in CATALOGUE + ADVERSARIAL:
         rows = replay(mutant, seeds)
-        by_config = {name: _summary([r for r in rows if (r["subject"] < 4) == (name == "seeds")])
+        by_config = {name: summarise([r for r in rows if (r["subject"] < 4) == (name == "seeds")])
                      for name in ("seeds", "variants")} if len(nets) > 4 else {}
-        mutants[mutant.name] = {**asdict(mutant), "trials": rows, "summary": _summary(rows),
+        mutants[mutant.name] = {**asdict(mutant), "trials": rows, "summary": summarise(rows),
                                 "by_configuration": by_config}
     control = [{**asdict(t), "detected": t.detected(t.mirror), "mirror_change": 0.0}
                for t in control_trials]
 
     def level(mutant: Mutant) -> dict[str, Any]:
         rows = replay(mutant, seeds[:1])
-        return {**_summary(rows), "trials": rows}
+        return {**summarise(rows), "trials": rows}
 
     scale_sweep = {f"{s:g}": level(Mutant("NS_double_scale", "normalisation", s))
                    for s in SCALES}
@@ -345,7 +345,7 @@ def run_catalogue(nets: list[tuple[dict[str, Any], Any]], data: dict[str, Array]
                            "conservation": CONSERVATION_THRESHOLD, "mirror": MIRROR_THRESHOLD},
             "eval_frames": heldout[:EVAL_FRAMES], "permutation_seeds": permutation_seeds,
             "subjects": [s for s, _ in nets], "control": {"trials": control,
-                                                          "summary": _summary(control)},
+                                                          "summary": summarise(control)},
             "mutants": mutants, "scale_sweep": scale_sweep, "fraction_sweep": fraction_sweep,
             "precision_recall": precision_recall(mutants, control)}
 

@@ -25,6 +25,12 @@ from kit.sciml.stats import bootstrap_mean_ci, cliffs_delta, wilcoxon, wilson
 Value = float | int | bool | list[float] | str
 
 
+# The records whose summaries are recounted from their per-trial records when first read:
+# each check returns every field that disagrees (a summary is never read on trust).
+RECOUNTS: dict[str, Callable[[Any], list[str]]] = {
+    "mgn_faults.json": recompute_faults.recount}
+
+
 class SciEvidence:
     """One SciML evidence folder."""
 
@@ -33,11 +39,18 @@ class SciEvidence:
         self._cache: dict[str, Any] = {}
 
     def json(self, name: str) -> Any:
+        """A record, read once; one with summaries (``RECOUNTS``) only when they agree
+        with its trials (a KitError naming the file and the first field otherwise)."""
         if name not in self._cache:
             path = self.root / name
             if not path.is_file():
                 raise KitError(f"{path}: evidence file missing")
-            self._cache[name] = read_json(path)
+            record = read_json(path)
+            found = RECOUNTS[name](record) if name in RECOUNTS else []
+            if found:
+                raise KitError(f"{path}: {found[0]}"
+                               + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
+            self._cache[name] = record
         return self._cache[name]
 
 

@@ -20,6 +20,52 @@ def _faults(ev: Any) -> dict[str, Any]:
     return ev.json("mgn_faults.json")  # type: ignore[no-any-return]
 
 
+def recount(faults: dict[str, Any]) -> list[str]:
+    """Every field of the fault record that disagrees with the per-trial records it
+    summarises: the thresholds against the MR cards, each trial's ``detected`` flags
+    against its measures and those thresholds (a control trial's mirror change is 0 by
+    construction: it is its own baseline), every summary (control, mutants, their
+    configurations, both sweeps' levels) and the precision/recall against a recount."""
+    from kit.sciml import mgn_faults as mf
+
+    problems = []
+    expected = {"permutation": mf.PERMUTATION_THRESHOLD,
+                "conservation": mf.CONSERVATION_THRESHOLD, "mirror": mf.MIRROR_THRESHOLD}
+    if faults["thresholds"] != expected:
+        problems.append(f"thresholds {faults['thresholds']} are not the MR cards' {expected}")
+
+    def flags(trial: dict[str, Any]) -> dict[str, bool]:
+        return {"permutation": trial["permutation"] > expected["permutation"],
+                "conservation": trial["conservation"] > expected["conservation"],
+                "mirror": trial["mirror_change"] > expected["mirror"]}
+
+    groups = {"control": faults["control"],
+              **{f"mutants/{k}": m for k, m in faults["mutants"].items()},
+              **{f"{sweep}/{k}": level for sweep in ("scale_sweep", "fraction_sweep")
+                 for k, level in faults[sweep].items()}}
+    for where, group in groups.items():
+        for i, trial in enumerate(group["trials"]):
+            if trial["detected"] != flags(trial):
+                problems.append(f"{where}/trials/{i}/detected {trial['detected']} is not what "
+                                f"its measures give against the thresholds, {flags(trial)}")
+        summary = {k: v for k, v in group.items() if k in mf.DETECTORS or k == "any"} \
+            if "summary" not in group else group["summary"]
+        if summary != mf.summarise(group["trials"]):
+            problems.append(f"{where}/summary disagrees with its trials, which give "
+                            f"{mf.summarise(group['trials'])}")
+        for name, part in group.get("by_configuration", {}).items():
+            rows = [t for t in group["trials"] if (t["subject"] < 4) == (name == "seeds")]
+            if part != mf.summarise(rows):
+                problems.append(f"{where}/by_configuration/{name} disagrees with its trials")
+    control = faults["control"]["trials"]
+    problems += [f"control/trials/{i}/mirror_change {t['mirror_change']} is not 0 (a control "
+                 "is its own baseline)" for i, t in enumerate(control) if t["mirror_change"]]
+    recounted = mf.precision_recall(faults["mutants"], control)
+    if faults["precision_recall"] != recounted:
+        problems.append(f"precision_recall disagrees with the trials, which give {recounted}")
+    return problems
+
+
 def _canonical(ev: Any) -> dict[str, Any]:
     return {k: m for k, m in _faults(ev)["mutants"].items() if m["fault_class"] != "adversarial"}
 

@@ -117,3 +117,68 @@ def test_cfd_tasks_count_the_tasks_with_verdicts() -> None:
     assert cfd_tasks(Records(ledger={"verdicts": verdicts})) == 1
     verdicts.append({"card": "cmp-node-permutation"})
     assert cfd_tasks(Records(ledger={"verdicts": verdicts})) == 2
+
+
+SHIPPED_FAULTS = Path(__file__).resolve().parents[2] / "claims/sciml/evidence/kit/mgn_faults.json"
+
+
+def _shipped() -> dict[str, Any]:
+    import json
+
+    return json.loads(SHIPPED_FAULTS.read_text())  # type: ignore[no-any-return]
+
+
+def _edit_pr(f: dict[str, Any]) -> None:
+    f["precision_recall"]["conservation"]["precision"] = 0.5
+
+
+def _every_control_detected(f: dict[str, Any]) -> None:
+    for t in f["control"]["trials"]:
+        t["detected"]["conservation"] = True
+
+
+def _ratio_without_its_flag(f: dict[str, Any]) -> None:
+    detected = next(t for m in f["mutants"].values() for t in m["trials"]
+                    if t["detected"]["conservation"])
+    detected["conservation"] = 1.2  # under the 1.5 threshold, the flag says detected
+
+
+def _mutant_summary(f: dict[str, Any]) -> None:
+    next(iter(f["mutants"].values()))["summary"]["any"]["detected"] += 1
+
+
+def _sweep_level(f: dict[str, Any]) -> None:
+    next(iter(f["scale_sweep"].values()))["conservation"]["detected"] += 1
+
+
+def _threshold(f: dict[str, Any]) -> None:
+    f["thresholds"]["conservation"] = 1.1
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    (_edit_pr, "precision_recall disagrees with the trials"),
+    (_every_control_detected, "control/trials/0/detected"),
+    (_ratio_without_its_flag, "is not what its measures give against the thresholds"),
+    (_mutant_summary, "/summary disagrees with its trials"),
+    (_sweep_level, "scale_sweep/"),
+    (_threshold, "are not the MR cards'"),
+])
+def test_a_summary_edited_alone_is_recounted_and_fails(edit: Any, says: str,
+                                                       tmp_path: Path) -> None:
+    """Every summary of the fault record is recounted from its trials when verify reads it:
+    the shipped record recounts clean, and each edit alone is named (issue: a summary
+    moved rows while its trials said otherwise)."""
+    import json
+
+    from kit.sciml.recompute import SciEvidence
+    from kit.sciml.recompute_faults import recount
+
+    assert recount(_shipped()) == []
+    edited = _shipped()
+    edit(edited)
+    found = recount(edited)
+    assert found
+    assert says in found[0]
+    (tmp_path / "mgn_faults.json").write_text(json.dumps(edited))
+    with pytest.raises(KitError, match="mgn_faults.json: "):
+        SciEvidence(tmp_path).json("mgn_faults.json")
