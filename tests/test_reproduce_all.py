@@ -252,3 +252,17 @@ def test_every_step_starts_from_the_shipped_weights_on_a_cpu_that_differs(
     assert command.resolve_models("auto", True, ["sciml"]) == {"sciml": "train"}
 
 
+
+
+@pytest.mark.parametrize("text", ["[]", "null", '"a"', '{"drift": []}',
+                                  '{"drift": {"identity": "x", "cores": 2, "wall_s": "1"}}'])
+def test_a_state_file_that_is_not_the_kits_is_refused_by_name(tmp_path: Path,
+                                                              text: str) -> None:
+    """A hand-edited or foreign state.json is a kit: error naming it, never a traceback."""
+    state = tmp_path / "runs" / "reproduce-all" / "state.json"
+    state.parent.mkdir(parents=True)
+    state.write_text(text)
+    proc = kit("reproduce-all", "--plan", "--runs", str(tmp_path / "runs"), "--only", "drift")
+    assert proc.returncode == 2
+    assert f"kit: error: {state}: " in proc.stderr
+    assert "Traceback" not in proc.stderr

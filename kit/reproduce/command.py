@@ -125,7 +125,7 @@ def reproduce_all(o: Options, steps: list[str], plan_only: bool = False) -> int:
     """Plan, run the unfinished steps, ship and judge; returns the exit status."""
     with hold(o.runs / "reproduce-all") as folder:
         state_path = folder / STATE
-        state: dict[str, Any] = read_json(state_path) if state_path.is_file() else {}
+        state = read_state(state_path)
         kept = {s for s in steps if state.get(s, {}).get("identity") == identity(o, s)
                 and finished(o, s)}
         costs = load_costs(o.small)
@@ -157,6 +157,28 @@ def reproduce_all(o: Options, steps: list[str], plan_only: bool = False) -> int:
             say(f"{where}: done in {minutes(state[step]['wall_s'])} wall, "
                 f"{state[step]['cpu_s']:.0f} CPU s; {clock.line(time.monotonic())}")
         return judge(o, steps, folder)
+
+
+STEP_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "identity": str, "cores": int, "wall_s": (int, float), "cpu_s": (int, float)}
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """The finished steps' records (empty when there is none yet); a file that is not the
+    kit's (not an object of step records with their fields) is a KitError naming it."""
+    if not path.is_file():
+        return {}
+    state = read_json(path, f"delete {path} to run every step again")
+    fix = f"it is not the kit's state; delete {path} to run every step again"
+    if not isinstance(state, dict):
+        raise KitError(f"{path}: a {type(state).__name__}, not an object; {fix}")
+    for step, record in state.items():
+        if not isinstance(record, dict) or any(
+                not isinstance(record.get(k), kind) or isinstance(record.get(k), bool)
+                for k, kind in STEP_FIELDS.items()):
+            raise KitError(f"{path}: step {step!r} is not a record with "
+                           f"{', '.join(STEP_FIELDS)}; {fix}")
+    return state
 
 
 def judge(o: Options, steps: list[str], folder: Path) -> int:
