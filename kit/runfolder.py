@@ -177,7 +177,7 @@ def record_timing(run: Run, stage: str, seconds: float, cpu: float | None = None
     """Add one stage's wall time to the (unhashed) timings file, and ``cpu`` (its CPU
     seconds) with the utilisation of the machine's cores to ``cpu.json``; write the
     machine fingerprint beside them (byte identity holds per machine)."""
-    from kit.runtime.machine import fingerprint
+    from kit.machine import fingerprint
 
     write_atomic(run.root / MACHINE, canonical_json(fingerprint()))
     if cpu is not None:

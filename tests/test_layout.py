@@ -11,7 +11,8 @@ local imports included):
                   kit.claims; no part imports it
     kit.cli       the command line's parser, beside kit.__main__
     shared        kit.errors, kit.files, kit.paths, kit.schema, kit.runfolder, kit.runlock,
-                  kit.reporting, kit.stats, kit.tolerance:
+                  kit.reporting, kit.stats, kit.tolerance, kit.machine, kit.heartbeat,
+                  kit.spread:
                   nothing of the studies or the claims, and of kit.runtime only the
                   edges named in SHARED_RUNTIME
 
@@ -33,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 KIT = ROOT / "kit"
 PARTS = ("runtime", "drift", "sciml", "corpus", "claims", "reproduce", "audit")
 SHARED = ("kit.errors", "kit.files", "kit.paths", "kit.schema", "kit.runfolder", "kit.runlock",
-          "kit.reporting", "kit.stats", "kit.tolerance")
+          "kit.reporting", "kit.stats", "kit.tolerance", "kit.machine", "kit.heartbeat",
+          "kit.spread")
 # What each part must never import.
 NOT_IMPORTED = ("reproduce", "audit")  # the command line's alone
 FORBIDDEN = {"runtime": ("drift", "sciml", "corpus", "claims", *NOT_IMPORTED),
@@ -41,10 +43,9 @@ FORBIDDEN = {"runtime": ("drift", "sciml", "corpus", "claims", *NOT_IMPORTED),
              "sciml": ("drift", "corpus", *NOT_IMPORTED),
              "corpus": ("sciml", *NOT_IMPORTED), "claims": ("runtime", *NOT_IMPORTED),
              "reproduce": ("audit",), "audit": ("sciml", "claims", "reproduce")}
-# The shared modules' only edges into kit.runtime: the file library re-exports the
-# worker's deterministic writers (one definition of the bytes both sides write), and the
-# run folder records the machine fingerprint beside a stage's timing.
-SHARED_RUNTIME = {("kit.files", "kit.runtime.worker"), ("kit.runfolder", "kit.runtime.machine")}
+# The shared modules' only edge into kit.runtime: the file library re-exports the worker's
+# deterministic writers (one definition of the bytes both sides write).
+SHARED_RUNTIME = {("kit.files", "kit.runtime.worker")}
 
 
 def module_name(path: Path) -> str:

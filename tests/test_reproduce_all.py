@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ from kit.drift.protocol import PROTOCOL, load_protocol, write_small_protocol
 from kit.drift.stages.fetch import SHIPPED_DIGITS, SHIPPED_MANIFEST, run_fetch
 from kit.errors import ConfigError, KitError
 from kit.files import read_json, sha256
-from kit.heartbeat import heartbeat, remaining
 from kit.paths import ROOT
 from kit.reproduce.plan import Clock, Cost, load_costs, print_plan
 from kit.reproduce.steps import ORDER, STUDIES, Options, identity, steps_for
@@ -145,25 +143,6 @@ def test_the_clock_updates_the_time_left_from_the_pace_so_far() -> None:
     assert "at 2.0x the recorded costs" in clock.line(500.0)
 
 
-def test_a_heartbeat_prints_while_a_long_step_runs() -> None:
-    lines: list[str] = []
-    three = threading.Event()
-
-    def emit(line: str) -> None:
-        lines.append(line)
-        if len(lines) >= 3:
-            three.set()
-
-    with heartbeat("building x", expected=0.01, every=0.02, emit=emit):
-        assert three.wait(30)  # the block runs until the third line came
-    assert lines[0].startswith("building x: still running, 0 s so far, over the expected")
-    assert remaining(10, 70) == ", about 60 s left"
-    assert remaining(10, 300) == ", about 4.8 min left"
-    assert remaining(0, 3600) == ", about 60 min left"
-    assert remaining(200, 60) == ", over the expected 60 s by 2.3 min"
-    assert remaining(10, None) == ""
-
-
 def test_expected_time_and_disk_refusal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     cost = Cost(cpu_s=1000, wall_s=625, cores=2, disk_mb=10, source="test")
@@ -228,8 +207,8 @@ def test_every_step_starts_from_the_shipped_weights_on_a_cpu_that_differs(
     """auto retrains only on the very CPU that made a study's evidence (same model and
     flags); on any other, every step that trains starts from the shipped weights, except
     the sweep, which cannot (and says so); a retrain elsewhere is judged by the spread."""
+    from kit.machine import fingerprint
     from kit.reproduce import command
-    from kit.runtime.machine import fingerprint
 
     here = fingerprint()
     record = tmp_path / "machine.json"

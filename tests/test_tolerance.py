@@ -17,8 +17,8 @@ import pytest
 from kit.claims.fresh import fresh_report, verify_fresh
 from kit.errors import KitError
 from kit.files import load_npz, sha256, write_npz
+from kit.machine import cpu_flags
 from kit.paths import ROOT
-from kit.runtime.machine import cpu_flags
 from kit.tolerance import (
     Bound,
     Verdict,

@@ -41,8 +41,8 @@ RECORD = "replay-record.json"
 
 
 def this_machine() -> dict[str, Any]:
-    """The replaying machine: ``kit.runtime.machine``'s fingerprint and every CPU flag."""
-    from kit.runtime.machine import cpu_flags, fingerprint
+    """The replaying machine: ``kit.machine``'s fingerprint and every CPU flag."""
+    from kit.machine import cpu_flags, fingerprint
 
     return {**fingerprint(), "flags": cpu_flags()}
 

@@ -9,7 +9,7 @@ rewrites the manifests: the records are evidence, under the root like every othe
 ``claims/``. verify validates every shipped record and the claims page draws the matrix
 (``matrix``): one row per CPU, one column per study, what held on each.
 
-A machine is named by its CPU model and the sha256 of its CPU flags (``kit.runtime.machine``):
+A machine is named by its CPU model and the sha256 of its CPU flags (``kit.machine``):
 two hosts that report the same model and flags pick the same kernels.
 """
 

@@ -17,7 +17,7 @@ the shipped weights (sha256-checked): the digits models for the drift study and 
 detector study, every subject's checkpoint for the SciML study; the study then replays on
 identical weights, within the measured tolerances on any x86-64 CPU. ``train`` retrains
 them. ``auto`` (the default) trains only on the very CPU that made that study's evidence
-(the same model and CPU flags, ``kit.runtime.machine``) and starts from the shipped
+(the same model and CPU flags, ``kit.machine``) and starts from the shipped
 weights on any CPU that differs. After a retrain on another CPU the files are judged
 against the study's own seed spread (``kit.spread``) and the verdict is the status diff
 alone (said so). The sweep always trains: its BatchNormalization-kept export needs the
@@ -67,7 +67,7 @@ TRAINS_ALWAYS = {"sweep": "its BatchNormalization-kept export needs the training
 def same_cpu(shipped: Path, here: dict[str, Any] | None = None) -> bool:
     """Whether this machine is the CPU that made the evidence ``shipped`` (a machine.json):
     the same architecture, CPU model and CPU flags. A missing record is another CPU."""
-    from kit.runtime.machine import fingerprint
+    from kit.machine import fingerprint
 
     if not shipped.is_file():
         return False

@@ -30,9 +30,9 @@ import numpy as np
 from kit.errors import KitError
 from kit.files import canonical_json, read_json, sha256, write_atomic
 from kit.heartbeat import heartbeat
+from kit.machine import fingerprint
 from kit.paths import cache_dir
 from kit.runfolder import MACHINE, STEPS_DIR, WEIGHTS_DIR, say, write_manifest
-from kit.runtime.machine import fingerprint
 from kit.sciml.cards import fixed_tolerance, load_cards
 from kit.sciml.checkpoints import pin_numerics, take_used
 from kit.sciml.config import Config

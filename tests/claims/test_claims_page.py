@@ -96,7 +96,8 @@ def test_page_has_every_claim_status_and_escapes(page: Path) -> None:
     # the papers' sections in the papers' order, each study headed by its paper
     headings = re.findall(r'<h[23] id="[^"]+">([^<]+)</h[23]>', text)
     assert headings == [
-        "Counts", "What each status means", "Drift paper: When Metamorphic Contrast Hurts",
+        "Counts", "Where the kit has replayed", "What each status means",
+        "Drift paper: When Metamorphic Contrast Hurts",
         "Results (prose)", "Table 1",
         "SciML paper: Domain-Validity-Gated Metamorphic Testing of Scientific ML Surrogates",
         "Gate", "Verdicts"]

@@ -147,18 +147,35 @@ def test_a_changed_design_count_differs(copy: Path, tmp_path: Path) -> None:
     assert statuses[("A-029", "digits")] == "differs"
 
 
-def test_a_ratio_moved_past_its_threshold_while_still_flagged_detected_changes_b061(
+def test_a_ratio_moved_past_its_threshold_fails_or_changes_b061(
         copy: Path, tmp_path: Path) -> None:
-    """The record still says the continuity check caught BC_nonzero_wall, but its ratio
-    is moved just under the paper's 1.5: the rule over the paper's named faults sees it
-    (a minimum over the detected mutants would not have)."""
+    """BC_nonzero_wall's ratio moved just under the paper's 1.5. Left flagged detected, the
+    record contradicts itself and the recount fails verify naming the trial; with its flag,
+    summaries and precision/recall all made to follow (the kit's own recount), the rule
+    over the paper's named faults sees the fault missed and B-061 reverses."""
+    from kit.claims.verify import verify as run
+    from kit.sciml import mgn_faults as mf
+
     assert verified(copy, tmp_path)[("B-061", "kit")] == "direction reproduced"
     folder = copy / SCIML
     record = json.loads((folder / "mgn_faults.json").read_text())
-    [trial] = [t for t in record["mutants"]["BC_nonzero_wall"]["trials"]
-               if t["subject"] == 0 and t["seed"] == 0]
+    mutant = record["mutants"]["BC_nonzero_wall"]
+    [trial] = [t for t in mutant["trials"] if t["subject"] == 0 and t["seed"] == 0]
     assert any(trial["detected"].values())
     trial["conservation"] = 1.49
+    _write_json(folder / "mgn_faults.json", record)
+    rehash(copy, folder)
+    out = tmp_path / "contradiction.json"
+    assert run(copy, json_out=out) == 1
+    assert "mutants/BC_nonzero_wall/trials/0/detected" in json.loads(out.read_text())[
+        "problems"][0]
+    trial["detected"]["conservation"] = False
+    mutant["summary"] = mf.summarise(mutant["trials"])
+    mutant["by_configuration"] = {
+        name: mf.summarise([t for t in mutant["trials"] if (t["subject"] < 4) == (name == "seeds")])
+        for name in mutant["by_configuration"]}
+    record["precision_recall"] = mf.precision_recall(record["mutants"],
+                                                     record["control"]["trials"])
     _write_json(folder / "mgn_faults.json", record)
     rehash(copy, folder)
     assert verified(copy, tmp_path)[("B-061", "kit")] == "direction reversed"

@@ -3,7 +3,7 @@ the file; replay comparison locates a changed element. Evidence: the tiny run, s
 
 Also covers ``kit.__main__``, ``kit.claims.coverage``, ``kit.claims.values``,
 ``kit.drift.evidence``, ``kit.drift.recompute``, ``kit.drift.replay``,
-``kit.drift.shipped``, ``kit.runtime.machine``, ``kit.sciml.recompute``,
+``kit.drift.shipped``, ``kit.machine``, ``kit.sciml.recompute``,
 ``kit.sciml.recompute_catalogue``, ``kit.claims.ship`` (no test file of their own)."""
 
 from __future__ import annotations

@@ -180,5 +180,5 @@ def test_a_summary_edited_alone_is_recounted_and_fails(edit: Any, says: str,
     assert found
     assert says in found[0]
     (tmp_path / "mgn_faults.json").write_text(json.dumps(edited))
-    with pytest.raises(KitError, match="mgn_faults.json: "):
+    with pytest.raises(KitError, match=r"mgn_faults\.json: "):
         SciEvidence(tmp_path).json("mgn_faults.json")

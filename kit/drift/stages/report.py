@@ -9,10 +9,10 @@ from typing import Any
 from kit.claims.ledger import load_ledger
 from kit.drift import report
 from kit.files import read_json, sha256
+from kit.machine import fingerprint
 from kit.paths import ROOT
 from kit.runfolder import TIMINGS, Run
 from kit.runtime.docker import MANIFEST as IMAGES_MANIFEST
-from kit.runtime.machine import fingerprint
 from kit.runtime.runtimes import load_runtimes
 
 LEDGER = ROOT / "claims" / "drift.yaml"
