@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,39 @@ def lock_files(root: Path) -> list[Path]:
 LISTED = {EVIDENCE_MANIFEST: evidence_files, LOCKS_MANIFEST: lock_files}
 
 
+# write_atomic's and ship's names: ``.NAME.<8 of [a-z0-9_]>.tmp`` (and ``.old.tmp``).
+KIT_TEMPORARY = re.compile(r"\..+\.[a-z0-9_]{8}(\.old)?\.tmp")
+
+
+def leftovers(root: Path) -> list[Path]:
+    """Every temporary a killed kit command left under ``claims/`` or ``manifests/``: a
+    name only the kit's writers make (``tempfile``'s eight random characters between the
+    target's name and ``.tmp``, ``KIT_TEMPORARY``); never evidence."""
+    found = []
+    for top in COVERED:
+        base = root / top
+        for folder, dirs, files in os.walk(base) if base.is_dir() else []:
+            found += [Path(folder) / name for name in sorted([*dirs, *files])
+                      if KIT_TEMPORARY.fullmatch(name)]
+            dirs[:] = [d for d in dirs if not KIT_TEMPORARY.fullmatch(d)]
+    return sorted(found)
+
+
+def refuse_leftovers(root: Path) -> None:
+    """A KitError naming the first temporary a killed kit command left under ``root``'s
+    covered folders: a ship refuses to start, and the manifests never list it."""
+    left = leftovers(root)
+    if left:
+        more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
+        raise KitError(f"{left[0]}{more}: a temporary a killed kit command left; it is not "
+                       "evidence and the manifests will not list it: remove it (the kit "
+                       "made it), then run the command again")
+
+
 def write_manifests(root: Path = ROOT) -> None:
-    """Rewrite the evidence, lock and asset manifests from what is on disk."""
+    """Rewrite the evidence, lock and asset manifests from what is on disk; a temporary a
+    killed kit command left there is refused by name, never hashed in."""
+    refuse_leftovers(root)
     for manifest, files in LISTED.items():
         listed = {relative(p, root): sha256(p) for p in files(root)}
         write_atomic(root / manifest, canonical_json({"files": listed}))
@@ -108,7 +140,8 @@ def check_manifests(root: Path) -> list[str]:
 def coverage_problems(root: Path) -> list[str]:
     """Symbolic links and other entries that are no plain file under ``claims/`` and
     ``manifests/``, and any file under ``manifests/`` that is not one of the kit's."""
-    problems = []
+    problems = [f"{path}: a temporary a killed kit command left; remove it"
+                for path in leftovers(root)]
     for top in COVERED:
         problems += plain_files(root / top, UNLINK)[1]
         problems += [f"{folder}: an empty folder, which no manifest lists; remove it"

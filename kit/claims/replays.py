@@ -56,8 +56,9 @@ def parts(record: dict[str, Any], source: Path) -> dict[str, dict[str, Any]]:
 def ship_record(source: Path, root: Path = ROOT) -> list[Path]:
     """Add a replay record to the evidence under ``root`` (module docstring); returns the
     files written."""
-    from kit.claims.coverage import write_manifests
+    from kit.claims.coverage import refuse_leftovers, write_manifests
 
+    refuse_leftovers(root)
     record = read_json(source, "give the replay-record.json that reproduce-all wrote")
     found = parts(record, source)
     folder = root / REPLAYS / machine_id(record["machine"])

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kit.claims.coverage import write_manifests
+from kit.claims.coverage import refuse_leftovers, write_manifests
 from kit.errors import FileFormatError, KitError
 from kit.files import read_json, replace_folder
 from kit.paths import ROOT
@@ -126,6 +126,7 @@ def _ship_files(run: Path, root: Path, where: tuple[str, str], names: list[str],
     ``root/claims/<where[0]>/evidence/<where[1]>``: every name checked and every file
     found before the staging folder is made, the old target replaced only when the new one
     is complete."""
+    refuse_leftovers(root)  # before anything is written: a killed ship's remains first
     claims = root / "claims"
     target = claims / where[0] / "evidence" / where[1]
     copies = [(inside(run, name, source, "a listed file"), name) for name in names]

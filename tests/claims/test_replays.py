@@ -95,3 +95,21 @@ def test_every_shipped_record_holds_and_validates() -> None:
     assert records
     assert [(r["file"], r["holds"]) for r in records if not r["holds"]] == []
     assert all(not r["status_changes"] for r in records)
+
+
+def test_a_killed_ships_leftover_is_never_hashed_in(checkout: Path, record: Path) -> None:
+    """A staging folder or temporary file a SIGKILLed ship left under claims/ is refused by
+    the next ship (the manifests never list it) and named by verify's checks."""
+    staging = checkout / "claims" / "drift" / "evidence" / ".digits.k1ll3d_x.tmp"
+    staging.mkdir()
+    (staging / "score.json").write_text("{}")
+    before = (checkout / "manifests" / "evidence.json").read_bytes()
+    with pytest.raises(KitError, match=r"\.digits\.k1ll3d_x\.tmp: a temporary a killed kit"):
+        ship_record(record, checkout)
+    assert (checkout / "manifests" / "evidence.json").read_bytes() == before
+    assert not (checkout / REPLAYS).exists()  # refused before anything was written
+    assert f"{staging}: a temporary a killed kit command left; remove it" in \
+        check_manifests(checkout)
+    shutil.rmtree(staging)
+    ship_record(record, checkout)
+    assert check_manifests(checkout) == []
