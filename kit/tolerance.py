@@ -102,13 +102,16 @@ def compare_file(fresh: Path, shipped: Path, name: str, bound: Bound | None,
     if retrained and found.verdict == "differs" and name.endswith(".json"):
         from kit.spread import judge
 
-        judged = judge(read_json(shipped), read_json(fresh))
+        judged = judge(read_json(shipped), read_json(fresh),
+                       bound.atol if bound else 0.0, bound.rtol if bound else 0.0)
         if judged.within:
             found.verdict = RETRAINED
             found.where = f"{judged.moved} values moved, each within its seed spread"
             found.detail = {}
         else:
-            found.where, found.detail = f"retrained: {judged.outside}", judged.detail or {}
+            found.where = (f"retrained: {judged.beyond} of {judged.moved} moved values outside "
+                           f"their seed spread; first: {judged.outside}")
+            found.detail = judged.detail or {}
     return found
 
 

@@ -52,3 +52,19 @@ def test_a_value_with_no_seeds_or_a_changed_structure_is_named() -> None:
     assert "length of /checkpoints changed" in judge(SHIPPED, short).outside
     assert judge(SHIPPED, SHIPPED).within
     assert judge(SHIPPED, SHIPPED).moved == 0
+
+
+def test_every_value_outside_its_spread_is_counted() -> None:
+    fresh = _with(c0__final_loss=0.0030, c1__final_loss=0.0040, c2__final_loss=0.0017)
+    judged = judge(SHIPPED, fresh)
+    assert (judged.moved, judged.beyond) == (3, 2)
+    assert judged.outside.startswith("/checkpoints/0/final_loss")
+
+
+def test_a_move_within_the_files_replay_bound_is_within() -> None:
+    """A rounding-level move of a value all seeds agree on (spread 0) is no finding when
+    the file's replay bound admits it; past the bound it is named."""
+    zeros = {"trials": [{"v": 0.0}] * 4}
+    rounding = {"trials": [{"v": 1.3e-16}] + [{"v": 0.0}] * 3}
+    assert judge(zeros, rounding, atol=1e-9).within
+    assert "outside its seed spread 0" in judge(zeros, rounding).outside
