@@ -156,10 +156,18 @@ def _compare_arrays(shipped: dict[str, np.ndarray[Any, Any]],
             _differs(found, f"array {name}", shipped=f"{a.dtype}{list(a.shape)}",
                      fresh=f"{b.dtype}{list(b.shape)}")
             continue
-        if a.dtype.kind not in "fc":
+        if a.dtype.kind not in "fc":  # integers, flags, words: equal or differing
             if not np.array_equal(a, b):
                 index = tuple(int(i) for i in np.argwhere(a != b)[0])
-                _differs(found, f"array {name} element {list(index)}",
+                if a.dtype.kind in "iu":  # the figures still say by how much
+                    wide_a, wide_b = a.astype(np.float64), b.astype(np.float64)
+                    moved = np.abs(wide_a - wide_b)
+                    scale = np.maximum(np.maximum(np.abs(wide_a), np.abs(wide_b)), TINY)
+                    found.max_abs = max(found.max_abs or 0.0, float(moved.max()))
+                    found.max_rel = max(found.max_rel or 0.0, float((moved / scale).max()))
+                count = int(np.count_nonzero(a != b))
+                _differs(found, f"array {name} element {list(index)} ({count} of {a.size} "
+                         "elements differ; integers are compared exactly)",
                          shipped=a[index].item(), fresh=b[index].item())
             continue
         _compare_floats(name, a.astype(np.float64), b.astype(np.float64), bound, found)

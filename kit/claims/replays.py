@@ -93,10 +93,25 @@ def load_records(root: Path = ROOT) -> tuple[list[dict[str, Any]], list[str]]:
             if (path.parent.name, path.name) != expected:
                 found = [f"{path}: filed under the wrong name; its machine and study say "
                          f"{'/'.join(expected)}"]
-        problems += found
+        problems += found or recount(part, path)
         if not found:
             records.append({**part, "file": path.relative_to(root).as_posix()})
     return records, problems
+
+
+def recount(part: dict[str, Any], path: Path) -> list[str]:
+    """A record's summary against its own lists: the counts of files that are not
+    identical against its verdicts, and its verdict against its counts and status diff."""
+    counts = part["files"]["counts"]
+    listed = {v: sum(1 for x in part["verdicts"] if x["verdict"] == v)
+              for v in ("within tolerance", "retrained, within seed spread", "differs")}
+    problems = [f"{path}: files/counts/{v} says {counts.get(v, 0)}, its verdicts list {n}"
+                for v, n in listed.items() if counts.get(v, 0) != n]
+    holds = not part["status_changes"] and (part["status_only"] or not listed["differs"])
+    if part["holds"] != holds:
+        problems.append(f"{path}: holds says {part['holds']}, its verdicts and status diff "
+                        f"give {holds}")
+    return problems
 
 
 def cell(part: dict[str, Any]) -> str:

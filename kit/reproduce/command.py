@@ -7,7 +7,8 @@ root, then the claims recomputed from the fresh run beside the shipped ones.
    finished step's options, wall and CPU seconds; a rerun, in the same or a later shell,
    keeps every step whose record matches its options and whose folder still agrees with
    its run manifest, and runs the rest (each study also resumes inside its own step).
-3. Every finished study shipped into ``<runs>/reproduce-all/fresh`` (``kit ship --into``)
+3. Every study of this call shipped into a new ``<runs>/reproduce-all/fresh`` (``kit ship
+   --into``)
    and judged against the shipped evidence (``kit.claims.fresh``): a verdict per file and
    the status diff, the page ``<runs>/replay/index.html``. The exit status is the
    verdict's.
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -184,6 +186,8 @@ def read_state(path: Path) -> dict[str, Any]:
 def judge(o: Options, steps: list[str], folder: Path) -> int:
     """Ship every finished study into ``folder/fresh`` and judge it (module docstring)."""
     fresh = folder / "fresh"
+    if fresh.is_dir():  # the kit's own folder: the record covers this call's steps alone
+        shutil.rmtree(fresh)
     for step in steps:
         say(f"reproduce-all: shipping {step} into {fresh}")
         ship(o.folder(step), root=fresh)

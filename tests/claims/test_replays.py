@@ -87,14 +87,26 @@ def test_a_record_filed_under_another_machine_is_a_problem(checkout: Path, recor
     assert "filed under the wrong name" in problems[0]
 
 
-def test_every_shipped_record_holds_and_validates() -> None:
-    """The evidence ships only records that hold: on each CPU listed, every study replayed
-    within its measured bounds with no status changed."""
+def test_every_shipped_record_validates_and_its_verdict_is_recounted(
+        checkout: Path, record: Path) -> None:
+    """The shipped records validate and each verdict follows from its own lists; a record
+    whose verdict or counts were edited alone is a problem naming it."""
     records, problems = load_records()
     assert problems == []
     assert records
-    assert [(r["file"], r["holds"]) for r in records if not r["holds"]] == []
-    assert all(not r["status_changes"] for r in records)
+    ship_record(record, checkout)
+    [part] = (checkout / REPLAYS).rglob("*.json")
+    data = json.loads(part.read_text())
+    data["files"]["counts"]["differs"] = 1
+    part.write_text(json.dumps(data))
+    found = load_records(checkout)[1]
+    assert "files/counts/differs says 1, its verdicts list 0" in found[0]
+    assert "holds says True, its verdicts and status diff give" not in found[0]
+    data["files"]["counts"]["differs"] = 0
+    data["holds"] = False
+    part.write_text(json.dumps(data))
+    assert "holds says False, its verdicts and status diff give True" in \
+        load_records(checkout)[1][0]
 
 
 def test_a_killed_ships_leftover_is_never_hashed_in(checkout: Path, record: Path) -> None:
