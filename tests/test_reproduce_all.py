@@ -245,3 +245,14 @@ def test_a_state_file_that_is_not_the_kits_is_refused_by_name(tmp_path: Path,
     assert proc.returncode == 2
     assert f"kit: error: {state}: " in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_step_takes_the_cost_recorded_for_where_its_models_come_from(tmp_path: Path
+                                                                       ) -> None:
+    table = tmp_path / "costs.toml"
+    entry = 'cpu_s = {0}\nwall_s = {0}\ncores = 1\ndisk_mb = 1\nsource = "test"\n'
+    table.write_text("[full.sciml]\n" + entry.format(3000) + "[full.sciml-shipped]\n"
+                     + entry.format(500))
+    assert load_costs(False, table)["sciml"].cpu_s == 3000
+    assert load_costs(False, table, {"sciml": "shipped"})["sciml"].cpu_s == 500
+    assert load_costs(False, table, {"sciml": "train"})["sciml"].cpu_s == 3000

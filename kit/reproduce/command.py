@@ -130,7 +130,7 @@ def reproduce_all(o: Options, steps: list[str], plan_only: bool = False) -> int:
         state = read_state(state_path)
         kept = {s for s in steps if state.get(s, {}).get("identity") == identity(o, s)
                 and finished(o, s)}
-        costs = load_costs(o.small)
+        costs = load_costs(o.small, models=o.models)
         print_plan(steps, kept, costs, o.runs, refuse=not plan_only)
         if plan_only:
             return 0

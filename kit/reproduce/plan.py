@@ -42,8 +42,11 @@ class Cost:
         return self.cpu_s / (max(1, cores) * busy)
 
 
-def load_costs(small: bool, path: Path = COSTS) -> dict[str, Cost]:
-    """The recorded cost of every step of the full (or the small) configuration."""
+def load_costs(small: bool, path: Path = COSTS, models: dict[str, str] | None = None
+               ) -> dict[str, Cost]:
+    """The recorded cost of every step of the full (or the small) configuration; a step
+    whose models come from ``models`` (``train`` or ``shipped``) takes the cost recorded
+    for that source where there is one (``[full.sciml-shipped]``)."""
     try:
         table = tomllib.loads(path.read_text())["small" if small else "full"]
     except (tomllib.TOMLDecodeError, KeyError) as exc:
@@ -55,6 +58,9 @@ def load_costs(small: bool, path: Path = COSTS) -> dict[str, Cost]:
             raise ConfigError(f"{path}: [{'small' if small else 'full'}.{step}] needs exactly "
                               f"{', '.join(FIELDS)}; wrong or missing: {', '.join(wrong)}")
         costs[step] = Cost(**entry)
+    for step, source in (models or {}).items():
+        if f"{step}-{source}" in costs:
+            costs[step] = costs[f"{step}-{source}"]
     return costs
 
 
