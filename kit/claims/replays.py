@@ -119,6 +119,9 @@ def cell(part: dict[str, Any]) -> str:
     counts = part["files"]["counts"]
     verdict = "holds" if part["holds"] else "FAILS"
     kind = " (retrained: status diff decides)" if part["status_only"] else ""
+    if part["evidence_machine"] and \
+            machine_id(part["evidence_machine"]) == machine_id(part["machine"]):
+        kind += " (the CPU that made this evidence)"
     return (f"{verdict}{kind}: {counts['identical']} identical, "
             f"{counts['within tolerance']} within, {counts['differs']} differ; "
             f"{len(part['status_changes'])} status changes, "
