@@ -263,3 +263,4 @@ def _digest_or_unreadable(path: Path) -> str:
         return sha256(path)
     except KitError:
         return "unreadable"
+

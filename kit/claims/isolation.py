@@ -1,14 +1,16 @@
 """What runs inside verify, beyond the files the roots hash.
 
-The code root (``kit.claims.coverage.code_files``) hashes the import closure of
-``kit/__main__.py``, where ``python -m kit verify`` starts. Two ways remain to change which
-code runs without changing a hashed file, and verify refuses both by name:
+The code root (``kit.claims.coverage.code_files``) hashes every module of the ``kit``
+package: where ``python -m kit verify`` starts and everything it can import. Two ways
+remain to change which code runs without changing a hashed file, and verify refuses both
+by name:
 
 - **the start-up environment**: ``PYTHONPATH``, ``PYTHONSTARTUP``, ``PYTHONHOME`` and
   ``PYTHONUSERBASE`` put other code ahead of the kit's or run it before; a
   ``sitecustomize`` or ``usercustomize`` module runs at every start (``environment``);
 - **a kit module loaded from elsewhere**: at the end of every run, every ``kit`` module in
-  ``sys.modules`` must come from a file the code root hashed (``loaded_outside``).
+  ``sys.modules`` must come from a file the code root hashed (``loaded_outside``, called
+  by ``root_checks``, which also computes the roots and reads the shipped replay records).
 
 Each is a failed check naming the variable, module or file: verify fails closed.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 # Variables that change which code a Python process runs, and what each does.
 VARIABLES = {"PYTHONPATH": "puts its folders ahead of the installed kit and libraries",
@@ -54,6 +57,27 @@ def loaded_outside(hashed: dict[str, Path]) -> list[str]:
         where = getattr(module, "__file__", None)
         if where is None or Path(where).resolve() not in known:
             problems.append(f"{where or name}: the kit module {name} ran inside verify but "
-                            "is not one the code root hashed; restore the checkout (or, for "
-                            "a new module, import it from kit/__main__.py's closure)")
+                            "is not one the code root hashed; restore the checkout")
     return problems
+
+
+def root_checks(root: Path, expect_root: str | None, with_page: bool,
+                problems: list[str]) -> tuple[dict[str, str], dict[str, Any]]:
+    """The roots (checked against ``expect_root``), the matrix of the shipped replay
+    records, and, last, that no kit module ran from outside the code root; every problem
+    is added to ``problems``."""
+    from kit.claims.coverage import code_files, roots
+    from kit.claims.replays import load_records, matrix
+
+    records, replay_problems = load_records(root)
+    problems += replay_problems
+    header, rows = matrix(records)
+    found = roots(root)
+    if expect_root is not None and expect_root.lower() != found["combined"]:
+        problems.append(f"root digest {found['combined']} differs from the expected "
+                        f"{expect_root} (evidence root {found['evidence']}, code root "
+                        f"{found['code']})")
+    if with_page:
+        import kit.claims.page  # noqa: F401  (loaded before the check below)
+    problems += loaded_outside(code_files())
+    return found, {"header": header, "rows": rows}

@@ -34,13 +34,11 @@ from typing import Any
 from kit.claims.coverage import (
     RESTORE,
     check_manifests,
-    code_files,
     collect,
     hash_problems,
     read_record,
     read_shipped,
     relative,
-    roots,
 )
 from kit.claims.ledger import STATUSES, Outcome, clear_cache, evaluate, load_ledger
 from kit.drift.protocol import load_protocol
@@ -316,7 +314,7 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     if not ledger_paths:
         print(f"verify: no ledger in {root / 'claims'}", file=sys.stderr)
         return 1
-    from kit.claims.isolation import environment, loaded_outside
+    from kit.claims.isolation import environment, root_checks
 
     problems: list[str] = environment()
     outcomes = evaluate_all(root, ledger_paths, problems)
@@ -325,27 +323,15 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     except KitError as exc:  # a ledger that did not load holds none of its claims
         raise KitError(f"{exc}; failed checks: {'; '.join(problems)}" if problems
                        else str(exc)) from exc
-    from kit.claims.replays import load_records, matrix
-
-    records, replay_problems = load_records(root)
-    problems += replay_problems
-    header, rows = matrix(records)
-    found_roots = roots(root)
+    found_roots, replays = root_checks(root, expect_root, page is not None, problems)
     digest = found_roots["combined"]
-    if expect_root is not None and expect_root.lower() != digest:
-        problems.append(f"root digest {digest} differs from the expected {expect_root} "
-                        f"(evidence root {found_roots['evidence']}, code root "
-                        f"{found_roots['code']})")
-    if page is not None:
-        import kit.claims.page  # noqa: F401  (loaded before the check below)
-    problems += loaded_outside(code_files())
     counts = count_statuses(outcomes)
     reversed_ = [f"{o.claim}/{o.substrate}" for o in outcomes if o.status == "direction reversed"]
     differing = [f"{o.claim}/{o.substrate}" for o in outcomes if o.status == "differs"]
     ok = not problems and not differing and not (strict_findings and reversed_)
     report = {"ok": ok, "root": digest, "roots": found_roots,
               "strict_findings": strict_findings,
-              "replays": {"header": header, "rows": rows},
+              "replays": replays,
               "problems": problems, "counts": counts,
               "claims": [o.as_dict() for o in outcomes]}
     validate_report(report)
