@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from kit.errors import FileFormatError
+from kit.errors import FileFormatError, KitError
 from kit.runtime.worker import canonical_json as canonical_json
 from kit.runtime.worker import npz_bytes as npz_bytes
 from kit.runtime.worker import write_atomic as write_atomic
@@ -258,3 +258,19 @@ def replace_folder(staging: Path, target: Path) -> None:
         old.rename(target)
         raise
     shutil.rmtree(old)
+
+
+def copy_checked(source: Path, target: Path, expected: str, what: str, listed_by: str
+                 ) -> None:
+    """Copy a shipped file (``what``: "model", "SciML checkpoint") to ``target`` when its
+    sha256 is ``expected`` (as ``listed_by`` lists it); an error naming it otherwise, with
+    the two ways out: restore the checkout, or train instead of taking shipped weights."""
+    if not source.is_file():
+        raise KitError(f"{source}: the shipped {what} is missing; restore the checkout "
+                       "(git checkout claims) or use --models train")
+    found = sha256(source)
+    if found != expected:
+        raise KitError(f"{source}: sha256 {found} is not the {listed_by}'s {expected}; "
+                       "restore the checkout or use --models train")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, source.read_bytes())

@@ -81,19 +81,12 @@ def use_shipped(weights: dict[str, tuple[Path, str]], cache: Path) -> Path:
     import shutil
 
     global _shipped
-    from kit.files import sha256
+    from kit.files import copy_checked
 
     shutil.rmtree(cache, ignore_errors=True)
     for name, (source, expected) in sorted(weights.items()):
-        if not source.is_file():
-            raise KitError(f"{source}: a shipped SciML checkpoint is missing; restore the "
-                           "checkout (git checkout claims) or use --models train")
-        if sha256(source) != expected:
-            raise KitError(f"{source}: sha256 {sha256(source)} is not the shipped run "
-                           f"manifest's {expected}; restore the checkout or use --models train")
-        target = cache / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(target, source.read_bytes())
+        copy_checked(source, cache / name, expected, "SciML checkpoint",
+                     "shipped run manifest")
     _shipped = cache
     return cache
 

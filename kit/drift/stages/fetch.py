@@ -38,7 +38,7 @@ from kit.drift.export import export_onnx
 from kit.drift.instrument import instrument
 from kit.drift.models import load_checkpoint
 from kit.errors import KitError
-from kit.files import canonical_json, read_json, sha256, write_atomic, write_npz
+from kit.files import canonical_json, copy_checked, read_json, sha256, write_atomic, write_npz
 from kit.paths import ROOT, cache_dir
 from kit.runfolder import SHIPPED_MANIFEST, TRAINING_CACHE, Progress, Run
 
@@ -150,7 +150,8 @@ def _fetch_shipped(protocol: dict[str, Any], run: Run, shipped: Path) -> dict[st
             raise KitError(f"{source}: the shipped {name} was not trained by this protocol's "
                            f"recipe ({asdict(recipe)}); use --models train")
         plain = out / "models" / f"{name}.onnx"
-        _copy_checked(shipped / entry["onnx"], plain, entry["onnx_sha256"])
+        copy_checked(shipped / entry["onnx"], plain, entry["onnx_sha256"], "model",
+                     "shipped fetch record")
         instrument(plain, out / "models" / f"{name}.sketch.onnx",
                    protocol["instrumentation"]["max_values"])
         expected = manifest.get(entry["sketch_onnx"])
@@ -168,19 +169,6 @@ def _fetch_shipped(protocol: dict[str, Any], run: Run, shipped: Path) -> dict[st
               "mean": mean, "std": std, "images": len(images), "models": models}
     run.write_record("fetch", result)
     return result
-
-
-def _copy_checked(source: Path, target: Path, expected: str) -> None:
-    """Copy ``source`` to ``target`` when its sha256 is ``expected``; an error naming it
-    otherwise."""
-    if not source.is_file():
-        raise KitError(f"{source}: the shipped model is missing; restore the checkout "
-                       "(git checkout claims) or use --models train")
-    if sha256(source) != expected:
-        raise KitError(f"{source}: sha256 {sha256(source)} is not the shipped fetch "
-                       f"record's {expected}; restore the checkout or use --models train")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(target, source.read_bytes())
 
 
 def run_fetch(protocol: dict[str, Any], run: Run, substrate: str,
