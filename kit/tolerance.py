@@ -5,6 +5,9 @@
                       whose largest absolute and relative differences stay under the bound
                       declared for the file; a JSON record the same way, number by number,
                       with the same keys and strings
+    retrained, within seed spread
+                      after a retrain on another CPU only: a JSON record whose every moved
+                      value stays inside the study's own seed-to-seed spread (``kit.spread``)
     differs           anything else: the first file, array (or JSON path) and element named
 
 Every file that is not identical gets its largest absolute and relative difference, whether
