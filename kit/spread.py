@@ -10,8 +10,8 @@ path in every sibling entry of the innermost list around it that holds at least
 ``MIN_SEEDS`` of them.
 
 - a number is within the spread when it moved by at most max - min of its siblings, or
-  by no more than the file's replay bound allows (``atol``, ``rtol``: a rounding-level
-  move of a value whose seeds all agree to the last bit is no finding);
+  by no more than the file's replay bound admits (``kit.tolerance.Bound.admits``: a
+  rounding-level move of a value whose seeds all agree to the last bit is no finding);
 - a flag or a word (a ``detected`` flag, a verdict type) is within it when the siblings
   themselves take the fresh value (the outcome already varies from seed to seed);
 - a value in no such list has no spread, and a change of structure (keys, lengths, types)
@@ -24,6 +24,7 @@ file, whether a retrain stayed inside the variation the study itself shows.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +40,7 @@ class Judged:
     outside: str = ""  # the first value outside its spread, named
     detail: dict[str, Any] | None = None
     beyond: int = 0  # how many moved values are outside their spread
-    atol: float = 0.0  # the file's replay bound: a move within it is within
-    rtol: float = 0.0
+    admits: Callable[[float, float], bool] | None = None  # the file's replay bound
 
     @property
     def within(self) -> bool:
@@ -94,10 +94,11 @@ def _name(path: Path_) -> str:
     return "/" + "/".join(str(p) for p in path) if path else "(top)"
 
 
-def judge(shipped: Any, fresh: Any, atol: float = 0.0, rtol: float = 0.0) -> Judged:
-    """Every value of ``fresh`` that differs from ``shipped``, against its seed spread (or
-    within ``atol``/``rtol``, the file's replay bound)."""
-    judged = Judged(atol=atol, rtol=rtol)
+def judge(shipped: Any, fresh: Any,
+          admits: Callable[[float, float], bool] | None = None) -> Judged:
+    """Every value of ``fresh`` that differs from ``shipped``, against its seed spread
+    (or within the file's replay bound, ``admits``)."""
+    judged = Judged(admits=admits)
     _walk(shipped, fresh, shipped, (), judged)
     return judged
 
@@ -121,16 +122,10 @@ def _walk(a: Any, b: Any, root: Any, path: Path_, judged: Judged) -> None:
         _outside(judged, f"{_name(path)} changed type", shipped=a, fresh=b)
     elif a != b and not (_kind(a) == "number" and math.isnan(a) and math.isnan(b)):
         judged.moved += 1
-        if _kind(a) == "number" and _within_bound(float(a), float(b), judged):
+        if _kind(a) == "number" and judged.admits is not None and \
+                judged.admits(float(a), float(b)):
             return
         _judge_leaf(a, b, siblings(root, path), path, judged)
-
-
-def _within_bound(a: float, b: float, judged: Judged) -> bool:
-    if not (math.isfinite(a) and math.isfinite(b)):
-        return False
-    moved = abs(a - b)
-    return moved <= judged.atol or moved <= judged.rtol * max(abs(a), abs(b))
 
 
 def _judge_leaf(a: Any, b: Any, seeds: list[Any], path: Path_, judged: Judged) -> None:

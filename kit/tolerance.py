@@ -53,14 +53,20 @@ TINY = float(np.finfo(np.float64).tiny)  # the relative difference's floor under
 
 @dataclass(frozen=True)
 class Bound:
-    """The declared bound of one kind of file: a difference passes when it is at most
-    ``atol`` or at most ``rtol`` relative to the shipped value's magnitude."""
+    """The bound of one kind of file: a difference passes when it is at most ``atol`` or
+    at most ``rtol`` relative to the larger magnitude of the two values."""
 
     study: str
     files: str
     atol: float
     rtol: float
     reason: str
+
+    def admits(self, a: float, b: float) -> bool:
+        """Whether two finite numbers are within the bound of each other."""
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return False
+        return abs(a - b) <= self.atol or relative_difference(a, b) <= self.rtol
 
 
 @dataclass
@@ -105,8 +111,7 @@ def compare_file(fresh: Path, shipped: Path, name: str, bound: Bound | None,
     if retrained and found.verdict == "differs" and name.endswith(".json"):
         from kit.spread import judge
 
-        judged = judge(read_json(shipped), read_json(fresh),
-                       bound.atol if bound else 0.0, bound.rtol if bound else 0.0)
+        judged = judge(read_json(shipped), read_json(fresh), bound.admits if bound else None)
         if judged.within:
             found.verdict = RETRAINED
             found.where = f"{judged.moved} values moved, each within its seed spread"
@@ -239,7 +244,7 @@ def _compare_number(a: float, b: float, bound: Bound, where: str, found: Verdict
     rel = relative_difference(a, b)
     found.max_abs = max(found.max_abs or 0.0, diff)
     found.max_rel = max(found.max_rel or 0.0, rel)
-    if not (diff <= bound.atol or rel <= bound.rtol):
+    if not bound.admits(a, b):
         _differs(found, where, shipped=a, fresh=b, abs=diff, rel=rel)
 
 

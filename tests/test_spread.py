@@ -66,5 +66,5 @@ def test_a_move_within_the_files_replay_bound_is_within() -> None:
     the file's replay bound admits it; past the bound it is named."""
     zeros = {"trials": [{"v": 0.0}] * 4}
     rounding = {"trials": [{"v": 1.3e-16}] + [{"v": 0.0}] * 3}
-    assert judge(zeros, rounding, atol=1e-9).within
+    assert judge(zeros, rounding, lambda a, b: abs(a - b) <= 1e-9).within
     assert "outside its seed spread 0" in judge(zeros, rounding).outside
