@@ -87,7 +87,8 @@ def _verify(args: argparse.Namespace) -> int:
     select = Selection(tuple(args.claim), tuple(args.study), tuple(args.status))
     return verify(json_out=args.json, strict_findings=args.strict_findings,
                   expect_root=args.expect_root,
-                  page=args.page or ROOT / "runs" / "verify" / "index.html", select=select)
+                  page=args.page or ROOT / "runs" / "verify" / "index.html", select=select,
+                  interpreter=True)
 
 
 # The verify options that only a replay reads: refused without --replay.

@@ -228,21 +228,22 @@ def root_digest(root: Path) -> str:
     return _digest(files)
 
 
-def code_files() -> dict[str, Path]:
+def code_files(package: Path | None = None) -> dict[str, Path]:
     """The code that can run inside ``python -m kit verify``: every module of the ``kit``
     package (``kit/**/*.py``), keyed by ``kit/...`` path. All of it, not an import closure
     read from the source: the command line imports every command's modules inside its
     functions and the corpus loads its cases by name, so a closure would miss code that
     runs. ``pyproject.toml`` is added by ``code_digest``; ``kit.claims.isolation`` checks
-    at the end of a run that nothing of the kit ran from anywhere else."""
-    package = Path(kit.__file__).resolve().parent
+    at the end of a run that nothing of the kit ran from anywhere else. ``package``: another
+    copy of the ``kit`` folder (default: the one running)."""
+    package = package or Path(kit.__file__).resolve().parent
     return {relative(path, package.parent): path for path in sorted(package.rglob("*.py"))
             if "__pycache__" not in path.parts}
 
 
-def code_digest(root: Path) -> str:
+def code_digest(root: Path, package: Path | None = None) -> str:
     """The code root: one sha256 over ``code_files`` and ``pyproject.toml``."""
-    files = {name: _digest_or_unreadable(path) for name, path in code_files().items()}
+    files = {name: _digest_or_unreadable(path) for name, path in code_files(package).items()}
     files["pyproject.toml"] = _digest_or_unreadable(root / "pyproject.toml")
     return _digest(files)
 

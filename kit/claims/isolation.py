@@ -12,7 +12,9 @@ by name:
   ``sys.modules`` must come from a file the code root hashed (``loaded_outside``, called
   by ``root_checks``, which also computes the roots and reads the shipped replay records).
 
-Each is a failed check naming the variable, module or file: verify fails closed.
+Each is a failed check naming the variable, module or file: verify fails closed. The
+command line also checks the interpreter's own distributions against the lock, file for
+file (``kit.claims.installed``).
 """
 
 from __future__ import annotations
@@ -62,10 +64,13 @@ def loaded_outside(hashed: dict[str, Path]) -> list[str]:
 
 
 def root_checks(root: Path, expect_root: str | None, with_page: bool,
-                problems: list[str]) -> tuple[dict[str, str], dict[str, Any]]:
+                problems: list[str], interpreter: bool = False
+                ) -> tuple[dict[str, str], dict[str, Any]]:
     """The roots (checked against ``expect_root``), the matrix of the shipped replay
-    records, and, last, that no kit module ran from outside the code root; every problem
-    is added to ``problems``."""
+    records, and, last, that no kit module ran from outside the code root and (with
+    ``interpreter``, as the command line asks) that the interpreter's distributions are a
+    lock's, file for file (``kit.claims.installed``); every problem is added to
+    ``problems``."""
     from kit.claims.coverage import code_files, roots
     from kit.claims.replays import load_records, matrix
 
@@ -79,5 +84,10 @@ def root_checks(root: Path, expect_root: str | None, with_page: bool,
                         f"{found['code']})")
     if with_page:
         import kit.claims.page  # noqa: F401  (loaded before the check below)
-    problems += loaded_outside(code_files())
+    hashed = code_files()
+    problems += loaded_outside(hashed)
+    if interpreter:
+        from kit.claims.installed import installed_problems
+
+        problems += installed_problems(root / "locks", {p.resolve() for p in hashed.values()})
     return found, {"header": header, "rows": rows}

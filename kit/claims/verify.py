@@ -302,8 +302,10 @@ def evaluate_all(root: Path, ledger_paths: list[Path], problems: list[str]) -> l
 
 def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: bool = False,
            expect_root: str | None = None, page: Path | None = None,
-           select: Selection | None = None) -> int:
-    """Every check; returns the exit code (0 only with no ``differs`` and no failed check;
+           select: Selection | None = None, interpreter: bool = False) -> int:
+    """Every check (``interpreter``, as the command line asks: the interpreter's
+    distributions too, ``kit.claims.installed``); returns the exit code (0 only with no
+    ``differs`` and no failed check;
     with ``strict_findings`` also none ``direction reversed``; with ``expect_root`` the
     combined root must equal it). The summary and any failure print first, then the
     claim checks (only the ``select``ed ones, in full when claims are named), then the
@@ -323,7 +325,8 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     except KitError as exc:  # a ledger that did not load holds none of its claims
         raise KitError(f"{exc}; failed checks: {'; '.join(problems)}" if problems
                        else str(exc)) from exc
-    found_roots, replays = root_checks(root, expect_root, page is not None, problems)
+    found_roots, replays = root_checks(root, expect_root, page is not None, problems,
+                                      interpreter)
     digest = found_roots["combined"]
     counts = count_statuses(outcomes)
     reversed_ = [f"{o.claim}/{o.substrate}" for o in outcomes if o.status == "direction reversed"]

@@ -105,3 +105,29 @@ def test_a_kit_module_loaded_from_elsewhere_is_named(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "kit.claims.stray", stray)
     [found] = loaded_outside(code_files())
     assert found.startswith(f"{tmp_path / 'stray.py'}: the kit module kit.claims.stray ran")
+
+
+@pytest.fixture(scope="module")
+def kit_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("code")
+    shutil.copytree(ROOT / "kit", root / "kit", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+@pytest.mark.parametrize("module", sorted(code_files()))
+def test_an_edit_of_any_kit_module_changes_the_code_root(kit_copy: Path, module: str) -> None:
+    """One test per module of the kit (a superset of those verify loads, which the first
+    test of this file checks): a comment appended to its copy moves the code root, and so
+    the combined root the README publishes."""
+    from kit.claims.coverage import code_digest
+
+    before = code_digest(kit_copy, kit_copy / "kit")
+    path = kit_copy / module
+    original = path.read_bytes()
+    try:
+        path.write_bytes(original + b"\n# edited\n")
+        assert code_digest(kit_copy, kit_copy / "kit") != before
+    finally:
+        path.write_bytes(original)
+    assert code_digest(kit_copy, kit_copy / "kit") == before
