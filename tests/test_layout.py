@@ -5,14 +5,16 @@ local imports included):
     kit.drift     imports kit.runtime, never kit.sciml
     kit.sciml     imports kit.runtime, never kit.drift
     kit.corpus    imports kit.runtime and kit.drift (Polygraphy's wrapper), never kit.sciml
-    kit.claims    imports the studies' recompute registries, never kit.runtime
+    kit.claims    imports the studies' recompute registries, never kit.runtime; no
+                  registry (kit.STUDY.recompute*) imports kit.claims
     kit.reproduce runs every study's command (reproduce-all); no part imports it
     kit.audit     imports kit.runtime, kit.drift and kit.corpus, never kit.sciml or
                   kit.claims; no part imports it
     kit.cli       the command line's parser, beside kit.__main__
     shared        kit.errors, kit.files, kit.paths, kit.schema, kit.runfolder, kit.runlock,
                   kit.reporting, kit.stats, kit.tolerance, kit.machine, kit.heartbeat,
-                  kit.spread:
+                  kit.spread, kit.values (what a recompute function returns, below both
+                  the studies' recompute modules and the claims):
                   nothing of the studies or the claims, and of kit.runtime only the
                   edges named in SHARED_RUNTIME
 
@@ -35,7 +37,7 @@ KIT = ROOT / "kit"
 PARTS = ("runtime", "drift", "sciml", "corpus", "claims", "reproduce", "audit")
 SHARED = ("kit.errors", "kit.files", "kit.paths", "kit.schema", "kit.runfolder", "kit.runlock",
           "kit.reporting", "kit.stats", "kit.tolerance", "kit.machine", "kit.heartbeat",
-          "kit.spread")
+          "kit.spread", "kit.values")
 # What each part must never import.
 NOT_IMPORTED = ("reproduce", "audit")  # the command line's alone
 FORBIDDEN = {"runtime": ("drift", "sciml", "corpus", "claims", *NOT_IMPORTED),
@@ -43,6 +45,8 @@ FORBIDDEN = {"runtime": ("drift", "sciml", "corpus", "claims", *NOT_IMPORTED),
              "sciml": ("drift", "corpus", *NOT_IMPORTED),
              "corpus": ("sciml", *NOT_IMPORTED), "claims": ("runtime", *NOT_IMPORTED),
              "reproduce": ("audit",), "audit": ("sciml", "claims", "reproduce")}
+# The studies' recompute registries, which the claims import: none imports the claims back.
+RECOMPUTE = re.compile(r"^kit\.(drift|sciml|corpus)\.recompute")
 # The shared modules' only edge into kit.runtime: the file library re-exports the worker's
 # deterministic writers (one definition of the bytes both sides write).
 SHARED_RUNTIME = {("kit.files", "kit.runtime.worker")}
@@ -86,6 +90,8 @@ def violations() -> list[str]:
             other = part_of(target)
             if part and other in FORBIDDEN[part]:
                 found.append(f"{module} imports {target}")
+            if RECOMPUTE.match(module) and other == "claims":  # grading sits above them
+                found.append(f"{module} (a recompute registry) imports {target}")
             if module in SHARED and other and (other != "runtime" or
                                                (module, target) not in SHARED_RUNTIME):
                 found.append(f"{module} (shared) imports {target}")
@@ -113,11 +119,15 @@ def test_the_rule_catches_a_study_importing_the_other(tmp_path: Path,
     (tmp_path / "kit" / "runtime" / "backends.py").write_text("")
     (sciml / "bad.py").write_text("def f():\n    from kit.drift import bootstrap\n")
     (claims / "bad.py").write_text("import kit.runtime.backends\n")
+    (claims / "values.py").write_text("")
+    (sciml / "recompute_bad.py").write_text("from kit.claims import values\n")
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     monkeypatch.setattr(sys.modules[__name__], "MODULES",
                         {module_name(p): p for p in sorted((tmp_path / "kit").rglob("*.py"))})
     assert violations() == ["kit.claims.bad imports kit.runtime.backends",
-                            "kit.sciml.bad imports kit.drift.bootstrap"]
+                            "kit.sciml.bad imports kit.drift.bootstrap",
+                            "kit.sciml.recompute_bad (a recompute registry) imports "
+                            "kit.claims.values"]
 
 
 def test_offline_verify_loads_no_runtime_but_the_writers() -> None:

@@ -17,13 +17,13 @@ import math
 import operator
 from typing import Any
 
-from kit.claims.values import Value
 from kit.corpus.recompute import RECOMPUTE_CORPUS
 from kit.corpus.recompute_detectors import RECOMPUTE_DETECTORS
 from kit.drift.recompute import RECOMPUTE
 from kit.drift.recompute_realdrift import RECOMPUTE_REALDRIFT
 from kit.errors import KitError
 from kit.sciml.recompute import RECOMPUTE_SCIML
+from kit.values import Value
 
 FUNCTIONS = {**RECOMPUTE, **RECOMPUTE_SCIML, **RECOMPUTE_REALDRIFT, **RECOMPUTE_CORPUS,
              **RECOMPUTE_DETECTORS}

@@ -21,13 +21,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from kit.claims.values import Value
 from kit.corpus import rule
 from kit.corpus.case import LEVELS
 from kit.corpus.crashes import decide_crash, finite_scale
 from kit.errors import KitError
 from kit.files import load_npz, read_json
 from kit.stats import wilson
+from kit.values import Value
 
 CASES_JSON = "corpus/cases.json"
 CRASHES_JSON = "corpus/crashes.json"

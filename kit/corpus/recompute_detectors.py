@@ -16,12 +16,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kit.claims.values import Value
 from kit.corpus.detector_measures import Params, host_measures, params
 from kit.drift.detectors import DETECTORS
 from kit.errors import KitError
 from kit.files import load_npz, read_json, read_yaml, sha256
 from kit.paths import ROOT
+from kit.values import Value
 
 HOSTS_JSON = "detectors/hosts.json"
 PROTOCOL = ROOT / "kit" / "protocols" / "corpus-detectors.yaml"

@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from kit.claims.values import Value, constant, recorded
 from kit.drift import analysis
 from kit.drift import bootstrap as engine
 from kit.drift.localise import TOP_K
 from kit.drift.shipped import Evidence
 from kit.errors import KitError
 from kit.files import sha256
+from kit.values import Value, constant, recorded
 
 Array = np.ndarray[Any, Any]
 

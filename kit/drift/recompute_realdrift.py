@@ -14,9 +14,9 @@ from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
-from kit.claims.values import Value
 from kit.drift.shipped import Evidence
 from kit.errors import KitError
+from kit.values import Value
 
 FAULT_MATRIX = "sweep/polygraphy/fault-matrix.json"
 REFERENCE = "1.20.1"

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from kit.claims.values import constant, recorded
 from kit.errors import KitError
 from kit.files import read_json
 from kit.sciml import recompute_catalogue, recompute_faults, recompute_mgn
 from kit.sciml.operator_floor import loglog_fit
 from kit.sciml.pinn import PDES as PINN_PDES
 from kit.sciml.stats import bootstrap_mean_ci, cliffs_delta, wilcoxon, wilson
+from kit.values import constant, recorded
 
 Value = float | int | bool | list[float] | str
 

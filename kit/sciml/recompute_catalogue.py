@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kit.claims.values import Value
 from kit.errors import KitError
 from kit.sciml import probes
 from kit.sciml.stats import stat_scores, wilson
+from kit.values import Value
 
 
 def _unified(ev: Any) -> list[dict[str, Any]]:

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from kit.claims.values import Value
 from kit.errors import KitError
 from kit.sciml.recompute_mgn import _stat
 from kit.sciml.stats import wilson
+from kit.values import Value
 
 
 def _faults(ev: Any) -> dict[str, Any]:

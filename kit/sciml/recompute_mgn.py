@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from kit.claims.values import Value
 from kit.errors import KitError
 from kit.sciml.stats import bootstrap_ci, clopper_pearson
+from kit.values import Value
 
 REPLICAS = (0, 1, 2, 3)
 VARIANTS = (4, 5)

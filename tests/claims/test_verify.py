@@ -1,7 +1,7 @@
 """verify fails closed: tampering, missing keys and schema violations each fail and name
 the file; replay comparison locates a changed element. Evidence: the tiny run, shipped.
 
-Also covers ``kit.__main__``, ``kit.claims.coverage``, ``kit.claims.values``,
+Also covers ``kit.__main__``, ``kit.claims.coverage``, ``kit.values``,
 ``kit.drift.evidence``, ``kit.drift.recompute``, ``kit.drift.replay``,
 ``kit.drift.shipped``, ``kit.machine``, ``kit.sciml.recompute``,
 ``kit.sciml.recompute_catalogue``, ``kit.claims.ship`` (no test file of their own)."""
