@@ -112,7 +112,8 @@ def parse_json(data: bytes, path: Path, fix: str | None = None) -> Any:
 def read_yaml(path: Path, fix: str | None = None, aliases: bool = False) -> Any:
     """``path`` parsed as YAML with the safe loader (UTF-8 only). Anchors and aliases are
     refused, or with ``aliases`` kept when they add at most as many nodes as the file
-    writes out (``ALIAS_GROWTH``) and none is recursive."""
+    writes out (``ALIAS_GROWTH``) and none is recursive; a key written twice in one mapping
+    is refused."""
     text = read_text(path, fix)
     loader = SAFE_LOADER(text)
     try:
@@ -148,6 +149,23 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
     return []
 
 
+def _refuse_duplicate_keys(path: Path, node: yaml.Node, fix: str | None) -> None:
+    """A mapping that names one key twice: YAML keeps the last silently, so a protocol or
+    ledger would say two things and mean one; refused, naming both lines."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict[str, int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.value == "<<":
+            continue
+        line = key.start_mark.line + 1 if key.start_mark else 0
+        if key.value in seen:
+            raise error(path, f"the key {key.value!r} appears twice in one mapping (lines "
+                              f"{seen[key.value]} and {line}); YAML would keep the last "
+                              "silently", fix or "keep one of them")
+        seen[key.value] = line
+
+
 def _check_aliases(path: Path, root: yaml.Node, allowed: bool, fix: str | None) -> None:
     """Refuse a node reached twice (an alias) unless ``allowed``; then refuse a recursive
     alias and an expansion past ``ALIAS_GROWTH`` times the distinct nodes. A post-order
@@ -175,6 +193,7 @@ def _check_aliases(path: Path, root: yaml.Node, allowed: bool, fix: str | None) 
         pending.add(key)
         stack.append((node, True))
         stack.extend((child, False) for child in _children(node))
+        _refuse_duplicate_keys(path, node, fix)
     expanded, written = size[id(root)], len(size)
     if expanded > ALIAS_GROWTH * written:
         raise error(path, f"YAML aliases expand the file's {written} nodes to {expanded} "

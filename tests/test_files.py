@@ -181,3 +181,14 @@ def test_plain_files_names_every_link_and_never_enters_a_linked_folder(tmp_path:
         [], [f"{tmp_path / 'link'}: a symbolic link (to {base})"])
     assert files.plain_files(tmp_path / "none")[1][0].startswith(
         f"{tmp_path / 'none'}: cannot be listed (No such file or directory)")
+
+
+def test_a_key_written_twice_in_one_mapping_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    """YAML keeps the last of two equal keys silently: a protocol saying two things."""
+    path = tmp_path / "protocol.yaml"
+    path.write_text("seeds:\n  split: 1\n  bootstrap: 2\n  split: 3\n")
+    with pytest.raises(KitError, match=r"the key 'split' appears twice in one mapping "
+                                       r"\(lines 2 and 4\)"):
+        files.read_yaml(path)
+    path.write_text("seeds:\n  split: 1\nother:\n  split: 3\n")  # one per mapping: fine
+    assert files.read_yaml(path) == {"seeds": {"split": 1}, "other": {"split": 3}}

@@ -57,6 +57,7 @@ from kit.runtime.scale import Batch, run_batches
 REALDRIFT = ROOT / "kit" / "protocols" / "realdrift.yaml"
 GRAPHS = ("plain", "sketch")
 Cell = tuple[str, str, int]  # release, level, intra-op threads
+MAX_THREADS = 256  # onnxruntime's intra-op pool on any machine the kit targets
 
 
 def load_sweep_protocol(path: Path = REALDRIFT) -> dict[str, Any]:
@@ -114,10 +115,21 @@ def release_levels(runtimes: dict[str, Runtime], asked: list[str] | None,
     return described
 
 
+def thread_counts(protocol: dict[str, Any], threads: list[int] | None) -> list[int]:
+    """The intra-op thread counts swept: each a positive integer no larger than
+    ``MAX_THREADS`` (a ConfigError naming the others)."""
+    counts = sorted({int(t) for t in (threads or protocol["threads"])})
+    wrong = [t for t in counts if not 1 <= t <= MAX_THREADS]
+    if wrong:
+        raise ConfigError(f"intra-op thread counts must be 1 to {MAX_THREADS}, not "
+                          f"{', '.join(map(str, wrong))}")
+    return counts
+
+
 def cells(protocol: dict[str, Any], levels: dict[str, dict[str, Any]],
           threads: list[int] | None) -> list[Cell]:
     """Every cell of the sweep, the reference and the pair's candidate included."""
-    counts = sorted({int(t) for t in (threads or protocol["threads"])})
+    counts = thread_counts(protocol, threads)
     found = [(release, level, n) for release, info in levels.items()
              for level in info["swept"] for n in counts]
     for entry in (protocol["reference_cell"], protocol["pair"]["candidate"]):
@@ -280,6 +292,7 @@ def run_sweep(run_dir: Path, *, protocol_file: Path = REALDRIFT,
     protocol = load_sweep_protocol(protocol_file)
     drift = load_protocol(drift_protocol)
     chosen = choose_releases(protocol, releases)
+    thread_counts(protocol, threads)  # before any model is trained or environment built
     runtimes = {release: release_runtime(release) for release in chosen}
     with hold(run_dir) as root:
         run = Run(root)

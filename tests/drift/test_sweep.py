@@ -197,3 +197,12 @@ def test_the_report_has_the_drift_map_and_the_alarm_table(
                                                        "maximum")) + ",polygraphy")
     assert len(lines) == 1 + 2 * 2 * 2 * 2  # cells x exports
     assert "drift-map.png" in (report / "index.html").read_text()
+
+
+@pytest.mark.parametrize("threads", [["1", "0"], ["1", "-1"], ["1", "1000000000"]])
+def test_a_thread_count_out_of_bounds_is_refused_before_anything(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], threads: list[str]) -> None:
+    assert main(["sweep", "--run", str(tmp_path / "run"), "--threads", *threads]) == 2
+    assert f"intra-op thread counts must be 1 to 256, not {threads[1]}" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
