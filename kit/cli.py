@@ -154,10 +154,11 @@ def _add_sciml_commands(add: Add) -> None:
                        help="the small configuration (kit.sciml.config.Config.tiny, minutes; "
                             "the kit's own MeshGraphNet, no PhysicsNeMo): none of its numbers "
                             "is a result")
-    sciml.add_argument("--models", choices=["train", "shipped"], default="train",
-                       help="train every subject (or load it from the cache; default), or "
+    sciml.add_argument("--models", choices=["train", "shipped", "null"], default="train",
+                       help="train every subject (or load it from the cache; default), "
                             "take every subject's checkpoint from the shipped evidence "
-                            "(claims/sciml/evidence/kit/weights, sha256-checked)")
+                            "(claims/sciml/evidence/kit/weights, sha256-checked), or run the "
+                            "null subjects: every subject untrained, into runs/sciml-null")
     sciml.add_argument("--without-physicsnemo", action="store_true",
                        help="leave out the PhysicsNeMo MeshGraphNet (its environment is "
                             "about 6.4 GB); its claims are then not run here")

@@ -40,7 +40,8 @@ A printed pair (precision/recall, both ends of an interval) is graded on every h
 rule grades the first half and each of its ``parts`` (its own ``label``, printed ``value``
 and ``compute``) another; the row's status is the weakest measured half's (``RANK``,
 ``weakest``): a half equal by design or only described, such as the n of a printed k/n,
-is shown beside and fails the row when it fails, but does not stand in for a measurement.
+is shown beside and fails the row when it fails, but does not stand in for a measurement;
+a row with a half only described (an n that is not the paper's) is a direction at most.
 
 Every threshold a deciding rule compares against carries its ``threshold`` source:
 ``paper`` (with the line it is printed on), ``boundary`` (a natural boundary: zero, one,
@@ -59,10 +60,12 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from kit import schema
+from kit.claims.null import against_null
 from kit.claims.rules import CONSTANTS as CONSTANTS
 from kit.claims.rules import FUNCTIONS as FUNCTIONS
 from kit.claims.rules import GRADES as GRADES
@@ -219,8 +222,17 @@ def evaluate(ledger: dict[str, Any], root: Path, problems: list[str] | None = No
                         status="not run here", note=f"the {substrate} run did not include "
                         f"what this claim needs ({_name(rule['requires'])} is false)"))
                     continue
-                outcomes.append(_decide_claim(claim, rule, evidence, bool(spec["paper"]),
-                                              base, where))
+                found = _decide_claim(claim, rule, evidence, bool(spec["paper"]), base, where)
+                if "null_evidence" in spec:
+                    null_folder = root / spec["null_evidence"]
+                    if not (null_folder / marker).is_file():
+                        raise KitError(f"{null_folder}: the null evidence the {substrate} "
+                                       "substrate names is missing; restore it with git "
+                                       "checkout claims")
+                    null = _evidence(null_folder, reader)
+                    found = against_null(found, partial(
+                        _decide_claim, claim, rule, null, bool(spec["paper"]), base, where))
+                outcomes.append(found)
             except KitError as exc:
                 if problems is None:
                     raise
@@ -267,6 +279,11 @@ def _decide_claim(claim: dict[str, Any], rule: dict[str, Any], evidence: Any, pa
         halves.append(part_verdict)
         words += f"; {part_words} [{part_verdict}]"
     verdict = weakest(halves)
+    if verdict == "reproduced" and "described" in halves[1:]:
+        # a half the kit only describes (a printed k/n whose n is not the paper's) never
+        # lets the row read as a measurement equal to the printed number
+        verdict = "direction reproduced"
+        words += "; a half is only described, so the row is a direction at most"
     if "shows" in rule:  # the quantities a hypothesis's boolean was decided on
         words += "; decided on " + ", ".join(f"{_name(spec)} = {_show(call(spec, evidence))}"
                                              for spec in rule["shows"])

@@ -175,6 +175,27 @@ def _replays(report: dict[str, Any]) -> list[str]:
     return [*parts, "</table>"]
 
 
+def _arithmetic(report: dict[str, Any]) -> list[str]:
+    """Every place a paper disagrees with itself (``kit.claims.arithmetic``), both lines."""
+    checks = report.get("arithmetic") or []
+    wrong = [c for c in checks if not c["consistent"]]
+    parts = ['<h2 id="arithmetic">Where the papers disagree with themselves</h2>',
+             f'<p class="note">{len(checks)} printed numbers that follow from other printed '
+             "numbers of the same paper were recomputed from those printed inputs, within "
+             "their printed rounding (claims/papers/arithmetic.yaml); "
+             f"{len(wrong)} disagree. A ledger row a check names is graded on the numbers, "
+             "not on the prose, and its note says so.</p>"]
+    if not wrong:
+        return parts
+    parts.append('<table class="replays"><tr><th>check</th><th>paper, line</th><th>printed'
+                 "</th><th>its printed inputs (lines)</th><th>they give</th><th>row</th></tr>")
+    parts += [f"<tr><td>{_e(c['id'])}</td><td>{_e(c['paper'])}, {_e(c['line'])}</td>"
+              f"<td>{_e(c['printed'])} ({_e(c['expected'])})</td><td>{_e(c['inputs'])}</td>"
+              f"<td class=\"num\">{_e(c['recomputed'])}</td><td>{_e(c['claim'] or '-')}</td>"
+              "</tr>" for c in wrong]
+    return [*parts, "</table>"]
+
+
 def _legend() -> list[str]:
     return (['<h2 id="legend">What each status means</h2><ul class="legend">']
             + [f"<li>{_badge(status)} {_e(sentence)}</li>"
@@ -186,7 +207,8 @@ def _toc(report: dict[str, Any]) -> list[str]:
     claims = report.get("claims", [])
     parts = ['<nav class="toc"><h2>Contents</h2><ul>',
              '<li><a href="#counts">Counts</a> · <a href="#legend">Statuses</a> · '
-             '<a href="#replays">Replays by CPU</a></li>']
+             '<a href="#replays">Replays by CPU</a> · '
+             '<a href="#arithmetic">The papers against themselves</a></li>']
     for study in _studies_in(report):
         mine = [c for c in claims if c["study"] == study]
         parts.append(f'<li><a href="#study-{study}">{_e(STUDY_TITLES.get(study, study))}</a>'
@@ -347,7 +369,8 @@ def page(report: dict[str, Any], page_dir: Path, root: Path = ROOT) -> str:
              "<title>Claims: what the kit reproduced</title>"
              f"<style>{CSS}</style></head><body>",
              *_header(report), *_linked(page_dir, root), *_toc(report), *_counts(report),
-             *_replays(report), *_legend(), *_filters(report), *_studies(report, page_dir, root),
+             *_replays(report), *_arithmetic(report), *_legend(), *_filters(report),
+             *_studies(report, page_dir, root),
              f"<script>{SCRIPT}</script></body></html>"]
     return "\n".join(parts) + "\n"
 

@@ -58,7 +58,8 @@ SCIML_SHIPPED = ("ledger.json", "operator_floor.json", "fv_balance.json", "fno.j
 
 def ship(run: Path, study: str = "drift", root: Path | None = None) -> Path:
     """Copy a finished run's evidence into ``claims/<study>/evidence/<substrate>``
-    (a SciML run folder, recognised by its ``ledger.json``, goes to ``claims/sciml``; a
+    (a SciML run folder, recognised by its ``ledger.json``, goes to ``claims/sciml``, to
+    ``null`` when its subjects are the untrained null subjects, else to ``kit``; a
     sweep folder, by its ``sweep/sweep.json``, to ``claims/realdrift``; a corpus folder, by
     its ``corpus/corpus.json``, to ``claims/corpus``, every file its run manifest lists; a
     detector-study folder, by its ``detectors/detectors.json``, to
@@ -78,6 +79,12 @@ def ship(run: Path, study: str = "drift", root: Path | None = None) -> Path:
         names = [plain_name(name, path, "a files entry") for name in sorted(listed)]
         return _ship_files(run, root, ("corpus", "kit"), names, path)
     if (run / "ledger.json").is_file() and not (run / "fetch").is_dir():
+        from kit.sciml.ledger import NULL_NOTE
+
+        if read_json(run / "ledger.json").get("subjects_note") == NULL_NOTE:
+            # the null subjects: seeded initial weights, rebuilt from the code, not shipped
+            return _ship_files(run, root, ("sciml", "null"), list(SCIML_SHIPPED),
+                               run / MANIFEST)
         path = run / MANIFEST
         listed = _field(read_json(path), path, "files", dict)
         weights = [plain_name(name, path, "a files entry") for name in sorted(listed)

@@ -183,8 +183,9 @@ def _pin_problems(record: Path, substrate: str) -> list[str]:
 def link_kit_answers(ledgers: list[dict[str, Any]], outcomes: list[Outcome],
                      problems: list[str]) -> list[Outcome]:
     """A claim left not run here that another ledger's claim answers on the kit's own
-    material (``kit_answer``) gets that claim's recomputed value and status in its note; a
-    pointer to a claim no ledger holds is a failed check."""
+    material (``kit_answer``) shows that claim's recomputed value, is ``described`` (a count
+    of other material) and names the answer and its status in its note; a pointer to a
+    claim no ledger holds is a failed check."""
     found = {(o.study, o.claim): o for o in outcomes}
     answers = {(ledger["study"], claim["id"]): claim["kit_answer"] for ledger in ledgers
                for claim in ledger["claims"] if "kit_answer" in claim}
@@ -202,7 +203,11 @@ def link_kit_answers(ledgers: list[dict[str, Any]], outcomes: list[Outcome],
             continue
         note = (f"{outcome.note}; answered on the kit's own material by {answer['study']} "
                 f"{answer['claim']} = {target.recomputed} ({target.status}): {answer['scope']}")
-        linked.append(dataclasses.replace(outcome, note=note))
+        # the kit computed a count for this row, on other material: it describes that
+        # material (never a reproduction of the paper's number), and it is shown
+        linked.append(dataclasses.replace(
+            outcome, note=note, status="described", recomputed=target.recomputed,
+            rule=f"describe: {answer['study']} {answer['claim']} on the kit's own material"))
     return linked
 
 
@@ -316,10 +321,12 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     if not ledger_paths:
         print(f"verify: no ledger in {root / 'claims'}", file=sys.stderr)
         return 1
+    from kit.claims.arithmetic import attach
     from kit.claims.isolation import environment, root_checks
 
     problems: list[str] = environment()
     outcomes = evaluate_all(root, ledger_paths, problems)
+    outcomes, arithmetic = attach(outcomes, root, problems)
     try:
         shown = (select or Selection()).chosen(outcomes)
     except KitError as exc:  # a ledger that did not load holds none of its claims
@@ -334,7 +341,7 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     ok = not problems and not differing and not (strict_findings and reversed_)
     report = {"ok": ok, "root": digest, "roots": found_roots,
               "strict_findings": strict_findings,
-              "replays": replays,
+              "replays": replays, "arithmetic": arithmetic,
               "problems": problems, "counts": counts,
               "claims": [o.as_dict() for o in outcomes]}
     validate_report(report)
@@ -368,8 +375,12 @@ def print_summary(verdict: str, report: dict[str, Any], reversed_: list[str],
         print(f"verify: {study}: " + ", ".join(f"{n} {s}" for s, n in found.items() if n))
     print(f"verify: evidence root {report['roots']['evidence']} (ledgers, evidence, "
           "manifests, schemas, MR cards, protocols, locks)")
-    print(f"verify: code root {report['roots']['code']} (the kit modules verify imports, "
+    print(f"verify: code root {report['roots']['code']} (every module of the kit package, "
           "pyproject.toml)")
+    if report.get("arithmetic"):
+        from kit.claims.arithmetic import summary_line
+
+        print(summary_line(report["arithmetic"]))
     for problem in report["problems"]:
         print(f"verify: FAIL {problem}", file=sys.stderr)
     if reversed_:

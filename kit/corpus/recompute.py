@@ -134,6 +134,18 @@ def k2_ranges_as_declared(ev: CorpusEvidence, rule_version: int = rule.FROZEN) -
                for c in ev.decisions_under(rule_version).values())
 
 
+def ranges(ev: CorpusEvidence, stat: str = "as_declared", rule_version: int = rule.FROZEN
+           ) -> int:
+    """K2's inputs: how many cases deviate on exactly their declared affected releases
+    (``as_declared``), of how many (``listed``), under ``rule_version``."""
+    decisions = ev.decisions_under(rule_version).values()
+    found = {"as_declared": sum(not c["range"]["extra"] and not c["range"]["missing"]
+                                for c in decisions), "listed": len(decisions)}
+    if stat not in found:
+        raise KitError(f"unknown corpus ranges statistic {stat!r}")
+    return found[stat]
+
+
 def k3_rate_at_least_paper(ev: CorpusEvidence, rule_version: int = rule.FROZEN) -> bool:
     """K3: reproduced / listed >= the paper's 10/14."""
     return len(ev.reproduced(rule_version)) * rule.PAPER_LISTED >= \
@@ -204,6 +216,6 @@ def largest_deviation(ev: CorpusEvidence, case: str) -> float:
 
 RECOMPUTE_CORPUS: dict[str, Callable[..., Value]] = {
     f"corpus.{f.__name__}": f for f in (
-        k1_every_case_reproduces, k2_ranges_as_declared, k3_rate_at_least_paper,
+        k1_every_case_reproduces, k2_ranges_as_declared, ranges, k3_rate_at_least_paper,
         k4_kernel_defects, k5_polygraphy_flags_all, rate, case_reproduced, largest_deviation,
         crashes_as_declared)}

@@ -1,7 +1,7 @@
 """The SciML study's configuration: every size the pipeline takes, the full study's by
-default and ``Config.tiny()`` for the tests. ``identity`` is what a resumed run folder must
-have been started with (the cache folder is not part of it: it changes where models are
-kept, never what they are)."""
+default, ``Config.tiny()`` for the tests and ``Config.null()`` for the null subjects.
+``identity`` is what a resumed run folder must have been started with (the cache folder is
+not part of it: it changes where models are kept, never what they are)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ class Config:
     cache: Path | None = None
     mgn_source: Path | None = None
     mgn_resimulate: bool = False
+    untrained: bool = False  # the null subjects (``null``)
 
     @classmethod
     def tiny(cls, cache: Path, physicsnemo: Path | None = None) -> Config:
@@ -61,6 +62,18 @@ class Config:
                    mgn_pointmlp=1, physicsnemo=physicsnemo,
                    physicsnemo_backend="physicsnemo" if physicsnemo is None else "kit",
                    cache=cache)
+
+    @classmethod
+    def null(cls, physicsnemo: Path | None = None, cache: Path | None = None) -> Config:
+        """The null subjects: the full study with every subject untrained (no optimiser
+        step: the seeded initial weights of the same architectures; the MeshGraphNets keep
+        the normalisers their training frames give, which are data statistics, not
+        learning), through the same probes, so every rule can be checked against a
+        subject that learned nothing (``kit.claims.null``)."""
+        return cls(fno_recipe=Recipe("heat", 0, steps=0),
+                   pinn_recipe=pinn.Recipe("heat", 0, steps=0),
+                   mgn_subject=Subject(0, train_steps=0), physicsnemo=physicsnemo,
+                   cache=cache, untrained=True)
 
     def identity(self) -> str:
         """The sha256 of every field but ``cache`` (and of whether PhysicsNeMo runs, not

@@ -59,6 +59,18 @@ def _worst(states: list[str]) -> str:
     return HOLDS
 
 
+def decision_of(basis: str, pre: str, compat: str, decidable: str) -> str:
+    """The decision from the four conditions' states (what ``decide`` records beside it,
+    so verify recounts it from them)."""
+    if basis == FAILS or FAILS in (pre, compat):
+        return "rejected"
+    if UNKNOWN in (pre, compat) or decidable != HOLDS:
+        return "deferred"
+    if APPROXIMATE in (pre, compat):
+        return "retained-as-OOD-stress"
+    return "retained-executable"
+
+
 def decide(card: dict[str, Any], evidence: GateFindings) -> Decision:
     """Apply the four conditions to one card."""
     margin = float(card["tolerance"].get("floor_margin", 1.0))
@@ -87,14 +99,7 @@ def decide(card: dict[str, Any], evidence: GateFindings) -> Decision:
                                  f"mapping {evidence.output_mapping}"},
         "numerically_decidable": {"state": decidable, "why": why},
     }
-    if basis == FAILS or FAILS in (pre, compat):
-        decision = "rejected"
-    elif UNKNOWN in (pre, compat) or decidable != HOLDS:
-        decision = "deferred"
-    elif APPROXIMATE in (pre, compat):
-        decision = "retained-as-OOD-stress"
-    else:
-        decision = "retained-executable"
+    decision = decision_of(basis, pre, compat, decidable)
     rubric = {
         "physical basis": basis,
         "transformation preconditions": pre,

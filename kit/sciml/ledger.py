@@ -20,6 +20,10 @@ from kit.sciml.verdicts import VERDICTS, Verdict
 
 SCHEMA = SCHEMAS / "verdict_ledger.schema.json"
 RETAINED = ("retained-executable", "retained-as-OOD-stress")
+# The note of the null run (``Config.null``): ship files it as the ``null`` substrate.
+NULL_NOTE = ("Null subjects: every subject untrained (the seeded initial weights of the same "
+             "architectures) and run through the same probes, so that every rule can be "
+             "checked against a subject that learned nothing.")
 
 
 @dataclass

@@ -39,7 +39,7 @@ from kit.sciml.config import Config
 from kit.sciml.deepmind import read_meta
 from kit.sciml.fno_study import run_fno
 from kit.sciml.gate import Decision, GateFindings, decide
-from kit.sciml.ledger import Ledger
+from kit.sciml.ledger import NULL_NOTE, Ledger
 from kit.sciml.mgn_study import run_mgn
 from kit.sciml.operator_floor import finite_volume_balance, sweep
 from kit.sciml.pinn_study import run_pinn
@@ -133,13 +133,15 @@ def step_catalogue(s: Study) -> list[str]:
 
 def step_ledger(s: Study) -> list[str]:
     """The verdict ledger, every subject's checkpoint the steps used (``weights/``, from
-    the steps' state files, checked against the sha256 each recorded), and the run
-    manifest over both."""
+    the steps' state files, checked against the sha256 each recorded; none for the null
+    subjects), and the run manifest over both."""
     s.ledger.write(s.out / "ledger.json")
     cache = s.config.cache or cache_dir()
     folder = s.out / WEIGHTS_DIR
     used: dict[str, str] = {}
-    for name in STEPS:
+    # the null subjects' weights are the seeded initial ones, which the code rebuilds from
+    # their seeds (``Config.null``): not evidence to copy
+    for name in () if s.config.untrained else STEPS:
         if _state_path(s.out, name).is_file():
             used.update(read_json(_state_path(s.out, name)).get("weights", {}))
     for name, expected in sorted(used.items()):
@@ -204,7 +206,7 @@ def run_pipeline(config: Config, out: Path) -> dict[str, Any]:
         read_meta(config.mgn_source)  # a bad folder fails before hours of work, naming it
     capability = pin_numerics()
     out.mkdir(parents=True, exist_ok=True)
-    s = Study(config, out)
+    s = Study(config, out, ledger=Ledger(NULL_NOTE if config.untrained else NOTE))
     say(f"sciml: torch kernels {capability} (kit/sciml/checkpoints.py NUMERICS)")
     begun, resuming = time.monotonic(), True
     for number, (name, step) in enumerate(STEPS.items(), 1):

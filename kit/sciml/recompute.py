@@ -16,7 +16,7 @@ import numpy as np
 
 from kit.errors import KitError
 from kit.files import read_json
-from kit.sciml import recompute_catalogue, recompute_faults, recompute_mgn
+from kit.sciml import recompute_catalogue, recompute_faults, recompute_mgn, recount
 from kit.sciml.operator_floor import loglog_fit
 from kit.sciml.pinn import PDES as PINN_PDES
 from kit.sciml.stats import bootstrap_mean_ci, cliffs_delta, wilcoxon, wilson
@@ -28,7 +28,8 @@ Value = float | int | bool | list[float] | str
 # The records whose summaries are recounted from their per-trial records when first read:
 # each check returns every field that disagrees (a summary is never read on trust).
 RECOUNTS: dict[str, Callable[[Any], list[str]]] = {
-    "mgn_faults.json": recompute_faults.recount}
+    "mgn_faults.json": recompute_faults.recount, "ledger.json": recount.ledger,
+    "pinn.json": recount.pinn, "fno.json": recount.fno, "mgn.json": recount.mgn}
 
 
 class SciEvidence:

@@ -279,6 +279,11 @@ def verdict_figure(ledger: dict[str, Any], paper: list[dict[str, Any]] | None = 
     return fig
 
 
+def _two(value: float | None) -> str:
+    """A rate to two places; none (nothing flagged, so no precision) as a dash."""
+    return "-" if value is None else f"{value:.2f}"
+
+
 def heatmap_figure(unified: dict[str, Any],
                    paper: dict[str, tuple[float, float, str]] | None = None) -> Any:
     """Detected / trials per entry and detector; with ``paper``, each labelled detector's
@@ -296,8 +301,8 @@ def heatmap_figure(unified: dict[str, Any],
     if paper:
         labelled = unified.get("labelled", {})
         ax.set_xlabel("precision/recall, kit vs paper:\n" + "\n".join(
-            f"{d}: kit {labelled[d]['precision']['value']:.2f}/"
-            f"{labelled[d]['recall']['value']:.2f}, paper {p:.2f}/{r:.2f} ({cid})"
+            f"{d}: kit {_two(labelled[d]['precision']['value'])}/"
+            f"{_two(labelled[d]['recall']['value'])}, paper {p:.2f}/{r:.2f} ({cid})"
             for d, (p, r, cid) in paper.items() if d in labelled), fontsize=8)
         ax.xaxis.label.set_gid("paper")
     fig.colorbar(image, ax=ax, label="detected / trials")

@@ -59,12 +59,17 @@ def run_command(run: Path | None = None, without_physicsnemo: bool = False,
     (or resume) every step into ``run`` (default ``runs/<default_folder>``); returns the
     folder. ``small``: ``Config.tiny`` (its own cache folder, no PhysicsNeMo). ``models``:
     ``train`` trains (or loads from the cache) every subject; ``shipped`` takes every
-    subject's checkpoint from the shipped evidence and trains nothing."""
+    subject's checkpoint from the shipped evidence and trains nothing; ``null`` runs the
+    null subjects (``Config.null``: every subject untrained) into ``runs/sciml-null``."""
     from kit.paths import ROOT, cache_dir
     from kit.runlock import hold
     from kit.runtime.venvs import ensure_physicsnemo
 
-    out = run or ROOT / "runs" / default_folder(resimulate, deepmind)
+    if models == "null" and (small or resimulate or deepmind is not None):
+        raise KitError("sciml --models null runs the full study's subjects untrained on its "
+                       "own flow; leave out --small, --resimulate and --deepmind")
+    out = run or ROOT / "runs" / ("sciml-null" if models == "null"
+                                  else default_folder(resimulate, deepmind))
     with hold(out) as folder:
         if small:
             if models != "train":
@@ -83,6 +88,9 @@ def run_command(run: Path | None = None, without_physicsnemo: bool = False,
 
             cache = use_shipped(shipped_weights(ROOT / SHIPPED), cache_dir() / "sciml-shipped")
         physicsnemo = None if without_physicsnemo else ensure_physicsnemo()
+        if models == "null":
+            run_pipeline(Config.null(physicsnemo), folder)
+            return folder
         run_pipeline(Config(physicsnemo=physicsnemo,
                             mgn_source=None if deepmind is None else deepmind.resolve(),
                             mgn_resimulate=resimulate, cache=cache), folder)

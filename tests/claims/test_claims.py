@@ -333,6 +333,8 @@ def test_claims_on_physicsnemo_are_not_run_here_when_the_run_left_it_out(
 
     evidence = tmp_path / "claims" / "sciml" / "evidence" / "kit"
     shutil.copytree(ROOT / "claims" / "sciml" / "evidence" / "kit", evidence)
+    shutil.copytree(ROOT / "claims" / "sciml" / "evidence" / "null",
+                    evidence.with_name("null"))  # the null subjects the ledger names
     record = json.loads((evidence / "mgn.json").read_text())
     record["physicsnemo"] = "not run: no PhysicsNeMo environment given"
     record["subjects"] = [s for s in record["subjects"] if s["arch"] != "physicsnemo"]

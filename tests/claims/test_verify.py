@@ -646,8 +646,9 @@ def test_compare_names_a_run_manifest_that_cannot_be_read(
 
 
 def test_a_kit_answer_names_the_recomputed_value_and_a_dangling_one_fails() -> None:
-    """A-108 (the paper's unnamed corpus, not run here) carries the kit corpus's recomputed
-    rate in its note; a kit_answer naming a claim no ledger holds is a failed check."""
+    """A-108 (the paper's unnamed corpus, not run here) shows the kit corpus's recomputed
+    rate, described (a count of other material, never a reproduction), with the answer in
+    its note; a kit_answer naming a claim no ledger holds is a failed check."""
     from kit.claims.verify import link_kit_answers
 
     def outcome(study: str, claim: str, recomputed: str, status: str) -> Outcome:
@@ -665,13 +666,14 @@ def test_a_kit_answer_names_the_recomputed_value_and_a_dangling_one_fails() -> N
     linked = link_kit_answers(ledgers, outcomes, problems)
     assert linked[0].note == ("unnamed; answered on the kit's own material by corpus C-006 "
                               "= 0.75 (described): its rate")
-    assert linked[1].note == "unnamed"
+    assert (linked[0].status, linked[0].recomputed) == ("described", "0.75")
+    assert (linked[1].note, linked[1].status) == ("unnamed", "not run here")
     assert problems == ["claims/drift.yaml: A-109's kit_answer names corpus C-999, which no "
                         "ledger holds"]
     shipped = subprocess.run([sys.executable, "-m", "kit", "verify"], capture_output=True,
                              text=True, cwd=ROOT, check=False).stdout
     row = next(line for line in shipped.splitlines() if line.startswith("A-108 "))
-    assert "answered on the kit's own material by corpus C-006 = " in row
+    assert "described            describe: corpus C-006 on the kit's own material" in row
 
 
 def test_an_empty_folder_under_the_evidence_is_a_failed_check(repository: Path,

@@ -1,0 +1,42 @@
+"""A null subject behind every rule: a rule that grants ``reproduced`` or a direction must
+be one that a subject which learned nothing fails.
+
+A substrate may name its ``null_evidence``: the evidence folder of the same study run on null
+subjects (the SciML study's: every subject untrained, the seeded initial weights of the
+same architectures, through the same probes; ``python -m kit sciml --models null``).
+Every claim that passes there with ``reproduced`` or a direction is decided again, by the
+same rule and recompute functions, on the null evidence. When the null passes too, the
+agreement is structural (the architecture or the probe, not anything learned): the row is
+``by design`` at most, never ``reproduced`` or a direction, and its note says "the null
+passes too" with the null's value. A row the null cannot be decided on keeps its status
+and says why in its note, so a reader sees which rows no null stands behind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from kit.errors import KitError
+from kit.paths import ROOT
+
+CAPPED = ("reproduced", "direction reproduced")  # what a passing null takes away
+PASSES = ("reproduced", "by design", "direction reproduced", "consistent")
+
+
+def against_null(outcome: Any, decide: Any) -> Any:
+    """``outcome`` (one claim on a substrate with a null), capped at ``by design`` when
+    ``decide()`` (the same claim and rule on the null evidence) passes too."""
+    if outcome.status not in CAPPED:
+        return outcome
+    try:
+        null = decide()
+    except KitError as exc:  # named, relative to the checkout, beside the kept status
+        why = str(exc).replace(f"{ROOT}/", "")
+        return replace(outcome, note=f"{outcome.note}; the null could not be decided ({why})")
+    if null.status not in PASSES:
+        said = f"the null fails this rule (untrained subjects: {null.recomputed}, {null.status})"
+        return replace(outcome, note=f"{outcome.note}; {said}")
+    said = (f"the null passes too: untrained subjects give {null.recomputed} ({null.status}), "
+            f"so the agreement is structural; {outcome.status} without the null")
+    return replace(outcome, status="by design", note=f"{said}; {outcome.note}")

@@ -1,0 +1,143 @@
+"""Recount, never read: every summary a SciML evidence record carries beside the per-case
+values it summarises, recomputed from them when verify reads the file (``RECOUNTS`` in
+``kit.sciml.recompute``). A field that disagrees with its recount is a failed check naming
+the file and the field, so a summary edited alone (and re-hashed) cannot move a claim.
+
+- ``ledger.json``: every verdict is the verdict its own violation, tolerance, floor and
+  domain score give (``kit.sciml.verdicts.judge``), its ratio is violation / tolerance,
+  the per-card counts are the count of those verdicts, and every gate decision is the one
+  its recorded condition states give (``kit.sciml.gate.decision_of``), with the rubric
+  matching those states;
+- ``pinn.json``: every subject's ratio is its boundary violation over the boundary floor,
+  and its three verdicts are re-judged from its violations against the recorded
+  tolerances and reference floors (the exact relation's tolerance from its MR card);
+- ``fno.json``: every roster subject is admitted exactly when the translation tolerance
+  dominates its floor by the card's margin, and each admitted count is the count of them;
+- ``mgn.json``: the mirror domain score is m / (m + 1) of the recorded mismatch m.
+
+``mgn_faults.json`` has its own recount (``kit.sciml.recompute_faults.recount``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+from kit.errors import KitError
+from kit.sciml.cards import fixed_tolerance, load_cards
+from kit.sciml.gate import decision_of
+from kit.sciml.verdicts import domain_score, judge
+
+RUBRIC = {"physical basis": "basis", "transformation preconditions": "preconditions",
+          "metric and tolerance": "numerically_decidable"}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return bool(a == b or (math.isfinite(a) and math.isfinite(b)
+                               and abs(a - b) <= 1e-12 * max(abs(a), abs(b))))
+    return bool(a == b)
+
+
+def ledger(record: dict[str, Any]) -> list[str]:
+    """The verdicts, their counts and the gate decisions against their own inputs."""
+    problems = []
+    counts: dict[str, Counter[str]] = {}
+    for i, row in enumerate(record["verdicts"]):
+        found = judge(row["card"], row["case"], row["violation"], row["tolerance"], row["floor"],
+                      row["domain"])
+        if found.verdict != row["verdict"]:
+            problems.append(f"verdicts/{i}/verdict is {row['verdict']!r}, but its violation, "
+                            f"tolerance, floor and domain give {found.verdict!r}")
+        if not _same(row["ratio"], found.ratio):
+            problems.append(f"verdicts/{i}/ratio is {row['ratio']!r}, not violation / tolerance "
+                            f"({found.ratio!r})")
+        counts.setdefault(row["card"], Counter())[row["verdict"]] += 1
+    recounted = {card: dict(sorted(c.items())) for card, c in sorted(counts.items())}
+    stored = {card: dict(sorted(c.items())) for card, c in sorted(record["counts"].items())}
+    if stored != recounted:
+        first = next(card for card in sorted(set(stored) | set(recounted))
+                     if stored.get(card) != recounted.get(card))
+        problems.append(f"counts/{first} is {stored.get(first)}, but its verdicts count "
+                        f"{recounted.get(first)}")
+    for i, row in enumerate(record["decisions"]):
+        states = {k: v["state"] for k, v in row["conditions"].items()}
+        decision = decision_of(states["basis"], states["preconditions"],
+                               states["boundary_and_mapping"], states["numerically_decidable"])
+        if decision != row["decision"]:
+            problems.append(f"decisions/{i}/decision ({row['card']}) is {row['decision']!r}, "
+                            f"but its conditions give {decision!r}")
+        for criterion, condition in RUBRIC.items():
+            if row["rubric"].get(criterion) != states[condition]:
+                problems.append(f"decisions/{i}/rubric/{criterion} ({row['card']}) is "
+                                f"{row['rubric'].get(criterion)!r}, but its condition "
+                                f"{condition} is {states[condition]!r}")
+    return problems
+
+
+def _from_cards(read: Any) -> Any:
+    """A value the MR cards hold, or None when the cards do not load: verify already fails
+    naming the card (its schema check), and the rest of the recount still runs."""
+    try:
+        return read()
+    except KitError:
+        return None
+
+
+def pinn(record: dict[str, Any]) -> list[str]:
+    """Every subject's ratio and verdicts against its own violations."""
+    problems = []
+    exact = _from_cards(lambda: fixed_tolerance("pinn-collocation-permutation"))
+    boundary, conservation = record["boundary_floor"], record["conservation_tolerance"]
+    for i, s in enumerate(record["subjects"]):
+        if not _same(s["mr_b_ratio"], s["mr_b_violation"] / boundary):
+            problems.append(f"subjects/{i}/mr_b_ratio is {s['mr_b_ratio']!r}, not its boundary "
+                            f"violation over the boundary floor "
+                            f"({s['mr_b_violation'] / boundary!r})")
+        verdicts = {
+            **({} if exact is None else
+               {"mr_a": judge("a", "", s["mr_a_violation"], exact).verdict}),
+            "mr_b": judge("b", "", s["mr_b_violation"], boundary).verdict,
+            "mr_c": judge("c", "", abs(s["mr_c_ratio"] - 1.0), conservation,
+                          floor=record["reference_floor"][s["pde"]]).verdict}
+        for relation, verdict in verdicts.items():
+            if s["verdicts"][relation] != verdict:
+                problems.append(f"subjects/{i}/verdicts/{relation} is "
+                                f"{s['verdicts'][relation]!r}, but its measures give "
+                                f"{verdict!r}")
+    return problems
+
+
+def fno(record: dict[str, Any]) -> list[str]:
+    """The roster's admissions against the translation tolerance and each floor."""
+    problems: list[str] = []
+    card = _from_cards(lambda: load_cards()["fno-periodic-translation"])
+    if card is None:
+        return problems
+    margin = float(card["tolerance"].get("floor_margin", 1.0))
+    tolerance = record["translation_tolerance"]
+    roster = record["roster"]
+    for pde in sorted(k for k in roster if not k.endswith("_admitted")):
+        admitted = 0
+        for i, subject in enumerate(roster[pde]):
+            decision = "retained-executable" if tolerance > margin * subject["floor"] \
+                else "deferred"
+            admitted += decision == "retained-executable"
+            if subject["decision"] != decision:
+                problems.append(f"roster/{pde}/{i}/decision is {subject['decision']!r}, but "
+                                f"its floor gives {decision!r}")
+        summary = roster[f"{pde}_admitted"]
+        if (summary["count"], summary["n"]) != (admitted, len(roster[pde])):
+            problems.append(f"roster/{pde}_admitted is {summary['count']}/{summary['n']}, but "
+                            f"its subjects count {admitted}/{len(roster[pde])}")
+    return problems
+
+
+def mgn(record: dict[str, Any]) -> list[str]:
+    """The mirror domain score against the recorded mismatch."""
+    score = domain_score(record["mirror_mismatch"])
+    if not _same(record["mirror_domain_score"], score):
+        return [f"mirror_domain_score is {record['mirror_domain_score']!r}, but the mismatch "
+                f"{record['mirror_mismatch']!r} gives {score!r}"]
+    return []

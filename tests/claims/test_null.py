@@ -1,0 +1,114 @@
+"""A null subject behind every rule (``kit.claims.null``): a row that passes on the
+trained subjects and on the untrained ones too is ``by design`` at most and says so; a row
+the null fails keeps its status and says that too; the shipped SciML ledger names its null
+evidence, and no ``reproduced`` or direction row there is one its null also passes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kit.claims.ledger import Outcome, clear_cache, evaluate, load_ledger
+from kit.claims.null import against_null
+from kit.errors import KitError
+from kit.paths import ROOT
+
+
+def outcome(status: str, value: str = "24") -> Outcome:
+    return Outcome("B-034", "sciml", "kit", "", "", "24/24", value, "exact", status,
+                   note="as graded")
+
+
+@pytest.mark.parametrize("status", ["reproduced", "direction reproduced"])
+def test_a_rule_the_null_passes_too_is_by_design_at_most(status: str) -> None:
+    capped = against_null(outcome(status), lambda: outcome(status))
+    assert capped.status == "by design"
+    assert capped.note.startswith("the null passes too: untrained subjects give 24 ")
+    assert f"{status} without the null" in capped.note
+
+
+def test_a_rule_the_null_fails_keeps_its_status_and_says_so() -> None:
+    kept = against_null(outcome("reproduced"), lambda: outcome("differs", "0"))
+    assert kept.status == "reproduced"
+    assert kept.note == "as graded; the null fails this rule (untrained subjects: 0, differs)"
+
+
+def test_only_agreement_is_checked_and_an_undecidable_null_is_named() -> None:
+    def never() -> Outcome:
+        raise AssertionError("the null is not consulted for a row that does not agree")
+
+    for status in ("direction reversed", "described", "by design", "differs"):
+        assert against_null(outcome(status), never) == outcome(status)
+
+    def broken() -> Outcome:
+        raise KitError("null.json: no value at 'x'")
+
+    kept = against_null(outcome("reproduced"), broken)
+    assert kept.status == "reproduced"
+    assert kept.note.endswith("the null could not be decided (null.json: no value at 'x')")
+
+
+def test_a_named_null_that_is_missing_is_a_failed_check(tmp_path: Path) -> None:
+    ledger = load_ledger(ROOT / "claims" / "sciml.yaml")
+    ledger["substrates"]["kit"]["null_evidence"] = str(tmp_path / "absent")
+    ledger["substrates"]["kit"]["evidence"] = str(ROOT / "claims/sciml/evidence/kit")
+    ledger["claims"] = [c for c in ledger["claims"] if c["id"] == "B-034"]
+    clear_cache()
+    problems: list[str] = []
+    assert evaluate(ledger, ROOT, problems) == []
+    assert problems == [f"claim B-034 (kit): {tmp_path / 'absent'}: the null evidence the kit "
+                        "substrate names is missing; restore it with git checkout claims"]
+
+
+def test_every_shipped_sciml_row_that_agrees_has_a_null_that_fails_it(tmp_path: Path) -> None:
+    from kit.claims.verify import verify
+
+    out = tmp_path / "out.json"
+    verify(json_out=out)
+    rows = [c for c in json.loads(out.read_text())["claims"] if c["study"] == "sciml"]
+    agreeing = [c for c in rows if c["status"] in ("reproduced", "direction reproduced")]
+    assert agreeing, "some rows still agree beyond what an untrained subject gives"
+    assert all("the null fails this rule" in c["note"]
+               or "the null could not be decided" in c["note"] for c in agreeing)
+    capped = [c for c in rows if "the null passes too" in c["note"]]
+    assert capped, "no row was found structural"
+    assert all(c["status"] == "by design" for c in capped)
+    assert "B-034" in {c["claim"] for c in capped}  # FNO translation: no position grid
+
+
+def test_a_null_run_ships_as_the_null_substrate_without_weights(tmp_path: Path) -> None:
+    """The null run is recognised by its ledger's note and goes to evidence/null; the
+    trained run's folder beside it is left as it was."""
+    import shutil
+
+    from kit.claims.ship import ship
+    from kit.runfolder import MANIFEST, SHIPPED_MANIFEST
+
+    root = tmp_path / "repo"
+    for name in ("claims", "manifests", "locks"):
+        shutil.copytree(ROOT / name, root / name)
+    shipped = ROOT / "claims/sciml/evidence/null"
+    run = tmp_path / "run"
+    shutil.copytree(shipped, run)
+    (run / SHIPPED_MANIFEST).rename(run / MANIFEST)
+    kit_before = sorted(p.name for p in (root / "claims/sciml/evidence/kit").iterdir())
+    target = ship(run, "sciml", root)
+    assert target == root / "claims/sciml/evidence/null"
+    assert sorted(p.name for p in target.iterdir()) == sorted(p.name for p in shipped.iterdir())
+    assert not (target / "weights").exists()
+    assert sorted(p.name for p in (root / "claims/sciml/evidence/kit").iterdir()) == kit_before
+
+
+def test_the_null_configuration_trains_nothing() -> None:
+    from kit.sciml.config import Config
+
+    null, full = Config.null(), Config()
+    assert (null.untrained, full.untrained) == (True, False)
+    assert null.fno_recipe is not None
+    assert null.pinn_recipe is not None
+    assert null.mgn_subject is not None
+    assert (null.fno_recipe.steps, null.pinn_recipe.steps, null.mgn_subject.train_steps) == (
+        0, 0, 0)
+    assert null.identity() != full.identity()

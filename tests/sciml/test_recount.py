@@ -1,0 +1,133 @@
+"""Recount, never read (``kit.sciml.recount``): each summary field of the shipped SciML
+evidence, edited alone, disagrees with the recount from the per-case values it summarises;
+edited and re-hashed in a copy of the repository, verify fails naming the file and field."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kit.claims.coverage import write_manifests
+from kit.files import canonical_json, read_json, sha256
+from kit.paths import ROOT
+from kit.sciml import recount
+
+SCIML = Path("claims/sciml/evidence/kit")
+
+
+def _first(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
+    return next(r for r in rows if all(r[k] == v for k, v in match.items()))
+
+
+def _verdict(r: dict[str, Any]) -> None:
+    _first(r["verdicts"], verdict="pass")["verdict"] = "fail"
+
+
+def _count(r: dict[str, Any]) -> None:
+    r["counts"]["fno-periodic-translation"]["pass"] -= 1
+
+
+def _decision(r: dict[str, Any]) -> None:
+    _first(r["decisions"], decision="rejected")["decision"] = "retained-executable"
+
+
+def _rubric(r: dict[str, Any]) -> None:
+    r["decisions"][0]["rubric"]["physical basis"] = "holds" \
+        if r["decisions"][0]["conditions"]["basis"]["state"] != "holds" else "fails"
+
+
+def _ratio(r: dict[str, Any]) -> None:
+    r["subjects"][0]["mr_b_ratio"] *= 0.5
+
+
+def _pinn_verdict(r: dict[str, Any]) -> None:
+    subject = _first(r["subjects"], pde="heat")
+    subject["verdicts"]["mr_b"] = "pass" if subject["verdicts"]["mr_b"] != "pass" else "fail"
+
+
+def _roster(r: dict[str, Any]) -> None:
+    r["roster"]["heat"][0]["decision"] = "deferred"
+
+
+def _admitted(r: dict[str, Any]) -> None:
+    r["roster"]["burgers_admitted"]["count"] -= 1
+
+
+def _domain(r: dict[str, Any]) -> None:
+    r["mirror_domain_score"] = 0.45  # under the 0.5 limit: mirror-y would be in domain
+
+
+EDITS: list[tuple[str, Callable[[dict[str, Any]], None], Callable[[Any], list[str]], str]] = [
+    ("ledger.json", _verdict, recount.ledger, "verdicts/"),
+    ("ledger.json", _count, recount.ledger, "counts/fno-periodic-translation"),
+    ("ledger.json", _decision, recount.ledger, "decisions/"),
+    ("ledger.json", _rubric, recount.ledger, "rubric/physical basis"),
+    ("pinn.json", _ratio, recount.pinn, "subjects/0/mr_b_ratio"),
+    ("pinn.json", _pinn_verdict, recount.pinn, "/verdicts/mr_b"),
+    ("fno.json", _roster, recount.fno, "roster/heat/0/decision"),
+    ("fno.json", _admitted, recount.fno, "roster/burgers_admitted"),
+    ("mgn.json", _domain, recount.mgn, "mirror_domain_score"),
+]
+
+
+@pytest.mark.parametrize(("name", "edit", "check", "field"), EDITS,
+                         ids=[f"{e[0]}:{e[1].__name__}" for e in EDITS])
+def test_each_summary_edited_alone_disagrees_with_its_recount(
+        name: str, edit: Callable[[dict[str, Any]], None], check: Callable[[Any], list[str]],
+        field: str) -> None:
+    shipped = read_json(ROOT / SCIML / name)
+    assert check(shipped) == []
+    edited = copy.deepcopy(shipped)
+    edit(edited)
+    problems = check(edited)  # a verdict edited alone also moves its card's count
+    assert problems, "the edit went unseen"
+    assert field in problems[0], problems
+
+
+@pytest.fixture(scope="module")
+def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("shipped")
+    for name in ("claims", "manifests", "locks"):
+        shutil.copytree(ROOT / name, root / name)
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+@pytest.mark.parametrize(("name", "edit", "field"), [
+    ("ledger.json", _count, "counts/fno-periodic-translation"),
+    ("pinn.json", _ratio, "subjects/0/mr_b_ratio"),
+    ("fno.json", _admitted, "roster/burgers_admitted")])
+def test_verify_fails_naming_the_file_and_field(repository: Path, tmp_path: Path, name: str,
+                                                edit: Callable[[dict[str, Any]], None],
+                                                field: str) -> None:
+    """The edit re-hashed everywhere (run manifest and sha256 manifests), so only the
+    recount can see it."""
+    from kit.claims.verify import verify
+
+    path = repository / SCIML / name
+    original = path.read_bytes()
+    manifest = repository / SCIML / "run-manifest.json"
+    manifest_bytes = manifest.read_bytes()
+    record = json.loads(original)
+    edit(record)
+    try:
+        path.write_bytes(canonical_json(record))
+        listing = json.loads(manifest_bytes)
+        listing["files"][name] = sha256(path)
+        manifest.write_bytes(canonical_json(listing))
+        write_manifests(repository)
+        out = tmp_path / "out.json"
+        assert verify(repository, json_out=out) == 1
+        problems = json.loads(out.read_text())["problems"]
+        assert any(str(path) in p and field in p for p in problems), problems
+        assert not any("sha256" in p for p in problems), problems
+    finally:
+        path.write_bytes(original)
+        manifest.write_bytes(manifest_bytes)
+        write_manifests(repository)
