@@ -51,7 +51,14 @@ def runtime_configurations(ev: Evidence) -> Value:
 
 
 def conv_layers(ev: Evidence, model: str) -> Value:
-    return int(ev.json("fetch/fetch.json")["models"][model]["sketch_outputs"])
+    """The instrumented convolutions of ``model``: the layer sketches its per-layer scores
+    hold (``score/layers.npz``), which the fetch record's count must equal."""
+    recorded = int(ev.json("fetch/fetch.json")["models"][model]["sketch_outputs"])
+    counted = int(ev.layers[f"{model}/direct"].shape[1])
+    if recorded != counted:
+        raise KitError(f"{ev.root / 'fetch/fetch.json'}: models/{model}/sketch_outputs is "
+                       f"{recorded}, but score/layers.npz scores {counted} layers")
+    return counted
 
 
 def sample_count(ev: Evidence, role: str | None = None) -> Value:

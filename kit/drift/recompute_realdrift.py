@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cached_property
+from itertools import pairwise
 from typing import Any
 
 from kit.drift.shipped import Evidence
@@ -32,15 +33,46 @@ class SweepEvidence(Evidence):
 
     @cached_property
     def cells(self) -> dict[str, Any]:
+        """The sweep's rows, read only when every summary agrees with what it summarises
+        (``recount``; a KitError naming the file and the first field otherwise)."""
         found = self.json("sweep/cells.json")
         if not isinstance(found, dict) or not isinstance(found.get("rows"), list):
             raise KitError(f"{self.root / 'sweep/cells.json'}: no 'rows' list")
+        problems = recount(found["rows"])
+        if problems:
+            raise KitError(f"{self.root / 'sweep/cells.json'}: {problems[0]}"
+                           + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
         return found
 
     def rows(self, **match: Any) -> list[dict[str, Any]]:
         """The rows whose fields equal every ``match`` value."""
         return [row for row in self.cells["rows"]
                 if all(row[key] == value for key, value in match.items())]
+
+
+def recount(rows: list[dict[str, Any]]) -> list[str]:
+    """Every row field that disagrees with what it summarises: each alarm rate against its
+    alarms over n; the logit-difference quantiles (non-decreasing, all zero exactly when
+    the largest difference is) and the flips (none where nothing moved) against the
+    largest difference. The raw outputs they come from are not shipped, so these are the
+    checks the row admits."""
+    problems = []
+    for i, row in enumerate(rows):
+        counted = {**{f"alarms/{d}": a for d, a in row["alarms"].items()},
+                   "polygraphy": row["polygraphy"]}
+        for name, entry in counted.items():
+            if entry["rate"] != entry["alarms"] / entry["n"]:
+                problems.append(f"rows/{i}/{name}/rate is {entry['rate']!r}, not "
+                                f"{entry['alarms']} / {entry['n']}")
+        quantiles = [row["norm_quantiles"][q] for q in sorted(row["norm_quantiles"], key=float)]
+        if any(b < a for a, b in pairwise(quantiles)):
+            problems.append(f"rows/{i}/norm_quantiles decrease: {quantiles}")
+        if (row["max_abs_logit"] == 0.0) != all(q == 0.0 for q in quantiles):
+            problems.append(f"rows/{i}/norm_quantiles {quantiles} disagree with max_abs_logit "
+                            f"{row['max_abs_logit']!r}")
+        if row["max_abs_logit"] == 0.0 and any(row["flips"].values()):
+            problems.append(f"rows/{i}/flips {row['flips']} where no logit moved")
+    return problems
 
 
 def _cells(rows: list[dict[str, Any]]) -> list[str]:

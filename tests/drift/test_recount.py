@@ -1,0 +1,69 @@
+"""Recount, never read, for the drift studies: the sweep's alarm rates and its quantiles
+and flips against what they summarise (``kit.drift.recompute_realdrift.recount``), and the
+fetch record's layer count against the layer scores (``kit.drift.recompute.conv_layers``);
+each edited alone is named."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kit.drift.recompute import conv_layers
+from kit.drift.recompute_realdrift import recount
+from kit.errors import KitError
+from kit.paths import ROOT
+
+CELLS = ROOT / "claims/realdrift/evidence/digits/sweep/cells.json"
+
+
+def _rate(row: dict[str, Any]) -> None:
+    row["alarms"]["direct"]["rate"] = 0.5
+
+
+def _polygraphy(row: dict[str, Any]) -> None:
+    row["polygraphy"]["rate"] = 1.0
+
+
+def _quantiles(row: dict[str, Any]) -> None:
+    row["norm_quantiles"]["0.5"] = 10.0
+
+
+def _flips(row: dict[str, Any]) -> None:
+    row["max_abs_logit"], row["norm_quantiles"] = 0.0, dict.fromkeys(row["norm_quantiles"], 0.0)
+    row["flips"]["orig"] = 3
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (_rate, "alarms/direct/rate"), (_polygraphy, "polygraphy/rate"),
+    (_quantiles, "norm_quantiles"), (_flips, "flips")])
+def test_each_sweep_summary_edited_alone_is_named(edit: Any, field: str) -> None:
+    rows = json.loads(CELLS.read_text())["rows"]
+    assert recount(rows) == []
+    moving = next(i for i, r in enumerate(rows) if r["max_abs_logit"] > 0)
+    edited = copy.deepcopy(rows)
+    edit(edited[moving])
+    [problem] = recount(edited)
+    assert problem.startswith(f"rows/{moving}/{field}")
+
+
+class _Evidence:
+    root = Path("evidence")
+
+    def __init__(self, recorded: int) -> None:
+        self.layers = {"resnet20/direct": np.zeros((4, 21), np.float32)}
+        self.recorded = recorded
+
+    def json(self, name: str) -> Any:
+        return {"models": {"resnet20": {"sketch_outputs": self.recorded}}}
+
+
+def test_the_layer_count_is_the_layer_scores_and_a_recorded_one_that_differs_is_named() -> None:
+    assert conv_layers(_Evidence(21), "resnet20") == 21  # type: ignore[arg-type]
+    with pytest.raises(KitError, match=r"models/resnet20/sketch_outputs is 20, but "
+                                       r"score/layers\.npz scores 21 layers"):
+        conv_layers(_Evidence(20), "resnet20")  # type: ignore[arg-type]
