@@ -99,12 +99,12 @@ def _add_claims_commands(add: Add) -> None:
                              "(the README publishes the shipped evidence's root)")
     verify.add_argument("--page", type=Path,
                         help="where to write the claims page (default runs/verify/index.html)")
-    verify.add_argument("--claim", nargs="+", default=[], metavar="ID",
+    verify.add_argument("--claim", nargs="+", action="extend", default=[], metavar="ID",
                         help="print only these claims, in full (every check still runs)")
-    verify.add_argument("--study", nargs="+", default=[], metavar="NAME",
+    verify.add_argument("--study", nargs="+", action="extend", default=[], metavar="NAME",
                         help="print only these studies' claims (drift, sciml, realdrift, "
                              "corpus)")
-    verify.add_argument("--status", nargs="+", default=[], metavar="STATUS",
+    verify.add_argument("--status", nargs="+", action="extend", default=[], metavar="STATUS",
                         help="print only claims with these statuses (quote two words: "
                              "'by design')")
     verify.add_argument("--evidence", type=Path, metavar="DIR",

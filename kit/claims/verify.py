@@ -26,6 +26,7 @@ is ``kit.claims.ship``; this module only checks.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,7 @@ from kit.claims.coverage import (
     relative,
 )
 from kit.claims.ledger import STATUSES, Outcome, clear_cache, evaluate, load_ledger
+from kit.claims.show import failure_reason, print_details, print_outcomes, print_summary
 from kit.drift.protocol import load_protocol
 from kit.errors import KitError
 from kit.files import canonical_json, plain_files, sha256, write_atomic
@@ -211,38 +213,6 @@ def link_kit_answers(ledgers: list[dict[str, Any]], outcomes: list[Outcome],
     return linked
 
 
-def print_outcomes(outcomes: list[Outcome]) -> None:
-    """One line per claim check: the claim, its statement (shortened), the paper's number
-    as printed, the kit's, the status and the rule in words."""
-    print(f"{'claim':<8} {'substrate':<9} {'statement':<34} {'published':<24} "
-          f"{'recomputed':<20} {'status':<20} rule")
-    for o in outcomes:
-        paper = "" if o.effect is None or o.effect["ratio"] is None else \
-            f" [kit {_short(o.effect['kit'])} vs paper {_short(o.effect['paper'])}: " \
-            f"x{o.effect['ratio']:.3g}]"
-        print(f"{o.claim:<8} {o.substrate:<9} {_cut(o.statement, 34):<34} "
-              f"{_cut(o.published, 24):<24} {_cut(o.recomputed, 20):<20} {o.status:<20} "
-              f"{o.rule}{paper}" + (f" ({o.note})" if o.status == "not run here" else ""))
-
-
-def print_details(outcomes: list[Outcome]) -> None:
-    """Every field of each claim check, one per line (``verify --claim``)."""
-    for o in outcomes:
-        print(f"{o.claim} ({o.study}, {o.substrate}): {o.status}")
-        fields = [("statement", o.statement), ("section", o.section),
-                  ("paper printed", o.published), ("kit", o.recomputed), ("rule", o.rule),
-                  *(("threshold from", t) for t in o.thresholds),
-                  ("note", o.note), ("evidence", ", ".join(f"{o.evidence_folder}/{e}"
-                                                           for e in o.evidence))]
-        for name, text in fields:
-            if text:
-                print(f"  {name + ':':<15} {text}")
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "~"
-
-
 @dataclasses.dataclass(frozen=True)
 class Selection:
     """Which claim checks verify prints (``--claim``, ``--study``, ``--status``); the
@@ -264,16 +234,15 @@ class Selection:
             unknown = sorted(set(asked) - known)
             if unknown:
                 shown = sorted(known) if len(known) < 20 else f"{len(known)} of them"
+                near = sorted({m for u in unknown
+                               for m in difflib.get_close_matches(u, sorted(known), n=3)})
+                hint = f"; did you mean {', '.join(near)}?" if near else ""
                 raise KitError(f"verify: no {what} {', '.join(unknown)} in the ledgers "
-                               f"(known: {shown})")
+                               f"(known: {shown}){hint}")
         return [o for o in outcomes
                 if (not self.claims or o.claim in self.claims)
                 and (not self.studies or o.study in self.studies)
                 and (not self.statuses or o.status in self.statuses)]
-
-
-def _short(x: Any) -> str:
-    return f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
 def count_statuses(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
@@ -362,34 +331,10 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     else:
         print_outcomes(shown)
     print()
+    if not ok:  # the reason beside the last line, not only hundreds of lines above it
+        print(failure_reason(problems, differing, reversed_ if strict_findings else []))
     print(verdict)
     return 0 if ok else 1
-
-
-def print_summary(verdict: str, report: dict[str, Any], reversed_: list[str],
-                  differing: list[str]) -> None:
-    """The verdict, the counts per study, the roots, every failed check, the reversed
-    findings and the differing claims: what verify prints before the rows."""
-    print(verdict)
-    for study, found in report["counts"].items():
-        print(f"verify: {study}: " + ", ".join(f"{n} {s}" for s, n in found.items() if n))
-    print(f"verify: evidence root {report['roots']['evidence']} (ledgers, evidence, "
-          "manifests, schemas, MR cards, protocols, locks)")
-    print(f"verify: code root {report['roots']['code']} (every module of the kit package, "
-          "pyproject.toml)")
-    if report.get("arithmetic"):
-        from kit.claims.arithmetic import summary_line
-
-        print(summary_line(report["arithmetic"]))
-    for problem in report["problems"]:
-        print(f"verify: FAIL {problem}", file=sys.stderr)
-    if reversed_:
-        print(f"verify: the paper's direction is reversed on the stand-in substrate for "
-              f"{len(reversed_)} claims"
-              f"{' (failures under --strict-findings)' if report['strict_findings'] else ''}"
-              ": " + ", ".join(reversed_))
-    if differing:
-        print(f"verify: {len(differing)} claims differ: " + ", ".join(differing))
 
 
 def validate_report(report: dict[str, Any]) -> None:
