@@ -14,7 +14,8 @@ local imports included):
     shared        kit.errors, kit.files, kit.paths, kit.schema, kit.runfolder, kit.runlock,
                   kit.reporting, kit.stats, kit.tolerance, kit.machine, kit.heartbeat,
                   kit.spread, kit.values (what a recompute function returns, below both
-                  the studies' recompute modules and the claims):
+                  the studies' recompute modules and the claims), kit.owned (the rule
+                  for the folders the kit writes):
                   nothing of the studies or the claims, and of kit.runtime only the
                   edges named in SHARED_RUNTIME
 
@@ -37,7 +38,7 @@ KIT = ROOT / "kit"
 PARTS = ("runtime", "drift", "sciml", "corpus", "claims", "reproduce", "audit")
 SHARED = ("kit.errors", "kit.files", "kit.paths", "kit.schema", "kit.runfolder", "kit.runlock",
           "kit.reporting", "kit.stats", "kit.tolerance", "kit.machine", "kit.heartbeat",
-          "kit.spread", "kit.values")
+          "kit.spread", "kit.values", "kit.owned")
 # What each part must never import.
 NOT_IMPORTED = ("reproduce", "audit")  # the command line's alone
 FORBIDDEN = {"runtime": ("drift", "sciml", "corpus", "claims", *NOT_IMPORTED),

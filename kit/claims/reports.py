@@ -11,29 +11,29 @@ no torch):
     DIR/detectors/   the corpus's detector study (claims/corpus/evidence/detectors)
     DIR/index.html   a page linking them
 
-Each report is the one its study writes after a run, drawn by the same function. The
-whole folder is written beside ``DIR`` under a temporary name and renamed into place
-once every report is written, so a failure (a missing evidence folder, a missing module)
-leaves no half-written ``DIR``; an existing ``DIR`` is replaced only when it is empty or an
-earlier ``reports`` output (it holds ``REPORTS_MARK``).
+Each report is the one its study writes after a run, drawn by the same function. ``DIR``
+follows the kit's rule for the folders it writes (``kit.owned``): every report is
+rendered into a temporary folder inside ``DIR`` and moved into place only once all are
+written, so a failure (a missing evidence folder, a missing module) leaves ``DIR`` as it
+was (a new ``DIR`` is not left behind); an existing ``DIR`` is used only when it is empty
+or the kit's own earlier output, where only what the kit wrote is replaced: a file a user
+added is kept, and the folder's mode too.
 """
 
 from __future__ import annotations
 
 import html
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kit.errors import KitError
-from kit.files import read_json, replace_folder, sha256, write_atomic
+from kit.files import read_json, sha256, write_atomic
+from kit.owned import publish, temporary, written
 from kit.paths import ROOT
 from kit.reporting import MEASURE, STYLE, pyplot
 from kit.runfolder import SHIPPED_MANIFEST
-
-REPORTS_MARK = ".kit-reports"  # written into DIR: an earlier output that may be replaced
 
 
 @dataclass(frozen=True)
@@ -106,11 +106,7 @@ def _check_target(out: Path) -> None:
     if out.resolve().is_relative_to(claims):
         raise KitError(f"{out}: reports are never written under {claims} (verify accounts "
                        "for every file there); name another folder with --out")
-    if out.exists() and (not out.is_dir() or out.is_symlink()):
-        raise KitError(f"{out}: not a folder; name another folder with --out")
-    if out.is_dir() and any(out.iterdir()) and not (out / REPORTS_MARK).is_file():
-        raise KitError(f"{out}: holds files that are not an earlier `python -m kit reports` "
-                       "output; name an empty or new folder with --out")
+    written(out)  # a folder the kit did not write, and not empty: refused by name
 
 
 def index_page(pages: dict[Report, Path], out: Path) -> str:
@@ -136,15 +132,14 @@ def write_reports(out: Path) -> Path:
         raise KitError(f"{', '.join(missing)}: missing; the reports read the shipped evidence "
                        "of a complete checkout (git checkout -- claims)")
     pyplot()  # matplotlib first: a missing module fails before any folder is made
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    made = not out.exists()
+    staging = temporary(out)
     try:
         pages = {r: r.render(ROOT / r.evidence, staging / r.name) for r in REPORTS}
         write_atomic(staging / "index.html", index_page(pages, staging).encode())
-        write_atomic(staging / REPORTS_MARK, b"written by python -m kit reports\n")
-        staging.chmod(0o755)
-        replace_folder(staging, out)
+        publish(staging, out, "python -m kit reports")
     finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+        shutil.rmtree(staging, ignore_errors=True)
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # a failure leaves no new folder behind
     return out / "index.html"

@@ -9,6 +9,17 @@ from typing import Any
 from kit.claims.ledger import Outcome
 
 
+def print_rows(shown: list[Outcome], in_full: bool) -> None:
+    """The selected claim checks between blank lines: in full when claims were named, one
+    line each otherwise."""
+    print()
+    if in_full:
+        print_details(shown)
+    else:
+        print_outcomes(shown)
+    print()
+
+
 def print_outcomes(outcomes: list[Outcome]) -> None:
     """One line per claim check: the claim, its statement (shortened), the paper's number
     as printed, the kit's, the status and the rule in words."""

@@ -42,7 +42,7 @@ from kit.claims.coverage import (
     relative,
 )
 from kit.claims.ledger import STATUSES, Outcome, clear_cache, evaluate, load_ledger
-from kit.claims.show import failure_reason, print_details, print_outcomes, print_summary
+from kit.claims.show import failure_reason, print_rows, print_summary
 from kit.drift.protocol import load_protocol
 from kit.errors import KitError
 from kit.files import canonical_json, plain_files, sha256, write_atomic
@@ -325,12 +325,7 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
         print(f"verify: claims page {write_page(report, page, root)}")
     if select:
         print(f"verify: {len(shown)} of {len(outcomes)} claim checks selected")
-    print()
-    if select and select.claims:
-        print_details(shown)
-    else:
-        print_outcomes(shown)
-    print()
+    print_rows(shown, bool(select and select.claims))
     if not ok:  # the reason beside the last line, not only hundreds of lines above it
         print(failure_reason(problems, differing, reversed_ if strict_findings else []))
     print(verdict)

@@ -21,6 +21,7 @@ import pytest
 from kit.claims import reports
 from kit.claims.ledger import load_ledger
 from kit.errors import KitError
+from kit.owned import MARK
 from kit.paths import ROOT
 from kit.reporting import FOLD_ROWS, PageFigure, PageTable, html_page
 from kit.runtime import venvs
@@ -155,7 +156,8 @@ def test_the_floor_figure_draws_the_papers_slope_from_the_ledger() -> None:
 
 
 def _tmp_siblings(out: Path) -> list[Path]:
-    return sorted(out.parent.glob(f".{out.name}.*"))
+    """Temporaries left beside or inside ``out`` (the kit's staging folders)."""
+    return sorted([*out.parent.glob(f".{out.name}.*"), *out.glob(".kit-staging.*")])
 
 
 def test_a_missing_evidence_folder_is_named_and_nothing_is_written(
@@ -190,7 +192,7 @@ def test_a_failure_midway_leaves_no_folder_and_keeps_an_earlier_one(
     monkeypatch.setattr(reports, "REPORTS", (corpus,))
     page = reports.write_reports(out)
     assert (out / "corpus" / "index.html").is_file()
-    assert (out / reports.REPORTS_MARK).is_file()
+    assert (out / MARK).is_file()
     assert "href='corpus/index.html'" in page.read_text()
     monkeypatch.setattr(reports, "REPORTS", (drift, broken))
     with pytest.raises(KitError, match="broken"):
@@ -202,7 +204,7 @@ def test_a_failure_midway_leaves_no_folder_and_keeps_an_earlier_one(
 def test_a_folder_that_is_not_an_earlier_output_or_under_claims_is_refused(
         tmp_path: Path) -> None:
     (tmp_path / "mine.txt").write_text("keep")
-    with pytest.raises(KitError, match="not an earlier `python -m kit reports` output"):
+    with pytest.raises(KitError, match="holds files the kit did not write"):
         reports.write_reports(tmp_path)
     assert (tmp_path / "mine.txt").read_text() == "keep"
     with pytest.raises(KitError, match="never written under"):
@@ -246,3 +248,23 @@ def test_chromium_loads_every_report_at_two_widths(rendered: Path, tmp_path: Pat
             dom = headless(chromium, tmp_path / f"home-{width}", f"--window-size={width},900",
                            "--dump-dom", page.as_uri()).stdout
             assert '<body data-overflow="no" data-ready="yes">' in dom, (page, width)
+
+
+def test_a_file_the_user_added_is_kept_and_the_folders_mode_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule of ``kit.owned``: a second run replaces only what the first wrote."""
+    out = tmp_path / "out"
+    out.mkdir(mode=0o700)
+    _, _, _, corpus, _ = reports.REPORTS
+    monkeypatch.setattr(reports, "REPORTS", (corpus,))
+    reports.write_reports(out)
+    (out / "notes.txt").write_text("mine")
+    (out / "corpus" / "mine.md").write_text("also mine")
+    reports.write_reports(out)
+    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "corpus" / "mine.md").read_text() == "also mine"
+    assert out.stat().st_mode & 0o777 == 0o700
+    (out / "index.html").write_text("edited")
+    with pytest.raises(KitError, match=r"index\.html: changed since the kit wrote it"):
+        reports.write_reports(out)
+    assert (out / "index.html").read_text() == "edited"

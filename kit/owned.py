@@ -1,0 +1,97 @@
+"""One rule for the folders the kit writes its outputs into (``--out``): a folder is the
+kit's when the kit wrote it and marked it with what it wrote; there the kit replaces only
+what it wrote. A folder the kit did not mark is used only while empty, otherwise refused
+by name. Files a user added beside the kit's are never removed or overwritten, a file the
+kit wrote and a user changed since is refused rather than replaced, and the folder's own
+mode is left as it is.
+
+``publish(staging, out, command)`` moves a complete set of files, rendered under
+``staging`` (a temporary folder inside ``out``, ``temporary``), into ``out``: every check
+comes first, then each file is renamed into place (each rename is atomic), the files the
+previous mark listed and the new set lacks are removed, and the mark (``MARK``: the
+command and the sha256 of every file it wrote) is written last, so an interrupted publish
+leaves the previous mark, which still names only files the kit wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kit.errors import KitError
+from kit.files import canonical_json, read_json, sha256, write_atomic
+
+MARK = ".kit-written.json"
+STAGING_PREFIX = ".kit-staging."
+
+
+def written(out: Path) -> dict[str, str]:
+    """What the kit wrote into ``out`` (relative path -> sha256), from its mark; an empty
+    mapping for a new or empty folder; a KitError naming a folder the kit did not write."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise KitError(f"{out}: not a folder; name another folder with --out")
+    if not out.exists():
+        return {}
+    mark = out / MARK
+    if not mark.is_file():
+        foreign = sorted(p.name for p in out.iterdir() if not p.name.startswith(STAGING_PREFIX))
+        if foreign:
+            raise KitError(f"{out}: holds files the kit did not write ({foreign[0]}"
+                           f"{' and more' if len(foreign) > 1 else ''}); name an empty or new "
+                           "folder with --out")
+        return {}
+    record = read_json(mark, "delete the folder or name another one with --out")
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise KitError(f"{mark}: not a record of what the kit wrote; name another folder")
+    return files
+
+
+def temporary(out: Path) -> Path:
+    """A fresh staging folder inside ``out`` (made, as the kit's, when ``out`` is new), for
+    ``publish``; checks ``out`` first, so a foreign folder is refused before any work."""
+    written(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=".tmp", dir=out))
+
+
+def publish(staging: Path, out: Path, command: str) -> dict[str, str]:
+    """Move every file under ``staging`` into ``out`` by the module's rule and mark what
+    was written; ``staging`` is removed. Returns the new mark's files."""
+    try:
+        before = written(out)
+        new = {p.relative_to(staging).as_posix(): p for p in sorted(staging.rglob("*"))
+               if p.is_file()}
+        _refuse_foreign(out, before, new)
+        for name, path in new.items():
+            target = out / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_file():
+                os.chmod(path, target.stat().st_mode & 0o7777)  # keep a replaced file's mode
+            os.replace(path, target)
+        for name in sorted(set(before) - set(new)):
+            (out / name).unlink(missing_ok=True)
+        files = {name: sha256(out / name) for name in new}
+        record: dict[str, Any] = {"command": command, "files": files}
+        write_atomic(out / MARK, canonical_json(record))
+        return files
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _refuse_foreign(out: Path, before: dict[str, str], new: dict[str, Path]) -> None:
+    """Before anything moves: a user's file where the kit would write, and a file the kit
+    wrote that was changed since, are refused by name."""
+    for name in sorted(set(new) | set(before)):
+        target = out / name
+        if not target.exists() and not target.is_symlink():
+            continue
+        if name not in before:
+            raise KitError(f"{target}: a file the kit did not write stands where it would "
+                           "write; move it, or name another folder with --out")
+        if target.is_symlink() or not target.is_file() or sha256(target) != before[name]:
+            raise KitError(f"{target}: changed since the kit wrote it; move it, or name "
+                           "another folder with --out")

@@ -1,0 +1,70 @@
+"""The rule for the folders the kit writes (``kit.owned``): a folder the kit did not write
+is used only while empty; in its own, the kit replaces only what it wrote, keeps what a
+user added, refuses to replace what a user changed, and leaves the folder's mode alone."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kit.errors import KitError
+from kit.owned import MARK, publish, temporary, written
+
+
+def _publish(out: Path, files: dict[str, str]) -> dict[str, str]:
+    staging = temporary(out)
+    for name, text in files.items():
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        (staging / name).write_text(text)
+    return publish(staging, out, "test")
+
+
+def test_a_new_folder_is_marked_with_what_was_written(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    files = _publish(out, {"a.txt": "1", "sub/b.txt": "2"})
+    assert sorted(files) == ["a.txt", "sub/b.txt"]
+    assert written(out) == files
+    assert sorted(p.name for p in out.iterdir()) == [MARK, "a.txt", "sub"]
+
+
+def test_a_folder_the_kit_did_not_write_is_refused_unless_empty(tmp_path: Path) -> None:
+    (tmp_path / "mine.txt").write_text("keep")
+    with pytest.raises(KitError, match=r"holds files the kit did not write \(mine.txt\)"):
+        temporary(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o700)
+    _publish(empty, {"a.txt": "1"})
+    assert empty.stat().st_mode & 0o777 == 0o700
+
+
+def test_only_what_the_kit_wrote_is_replaced_or_removed(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _publish(out, {"a.txt": "1", "old.txt": "gone next time"})
+    (out / "a.txt").chmod(0o600)
+    (out / "mine.txt").write_text("keep")
+    _publish(out, {"a.txt": "2"})
+    assert (out / "a.txt").read_text() == "2"
+    assert (out / "a.txt").stat().st_mode & 0o777 == 0o600
+    assert not (out / "old.txt").exists()
+    assert (out / "mine.txt").read_text() == "keep"
+    with pytest.raises(KitError, match=r"mine\.txt: a file the kit did not write stands"):
+        _publish(out, {"mine.txt": "overwrite?"})
+    assert (out / "mine.txt").read_text() == "keep"
+    (out / "a.txt").write_text("edited by hand")
+    with pytest.raises(KitError, match=r"a\.txt: changed since the kit wrote it"):
+        _publish(out, {"b.txt": "3"})
+    assert (out / "a.txt").read_text() == "edited by hand"
+    assert [p for p in out.iterdir() if p.name.startswith(".kit-staging.")] == []
+
+
+def test_a_link_or_a_file_given_as_the_folder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "target").mkdir()
+    os.symlink(tmp_path / "target", tmp_path / "link")
+    with pytest.raises(KitError, match="not a folder"):
+        temporary(tmp_path / "link")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(KitError, match="not a folder"):
+        temporary(tmp_path / "file")
