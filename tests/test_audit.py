@@ -180,8 +180,31 @@ def test_a_work_folder_the_audit_did_not_make_is_refused(tmp_path: Path) -> None
     proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
                  "--out", str(out))
     assert proc.returncode == 2
-    assert "holds no audit report" in proc.stderr
+    assert "holds files the kit did not write (work)" in proc.stderr
     assert (out / "work" / "mine.txt").read_text() == "kept"
+
+
+def test_a_second_audit_keeps_the_users_files_and_replaces_only_its_own(
+        tmp_path: Path) -> None:
+    """kit.owned: the user's index.html beside nothing is refused; in the audit's own
+    folder a file the user added (work/ included) survives the next audit."""
+    model, inputs = case_files(tmp_path, "pad-avgpool-fusion")
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "index.html").write_text("the user's page")
+    args = (str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
+            "--out", str(out))
+    proc = audit(*args)
+    assert proc.returncode == 2
+    assert (out / "index.html").read_text() == "the user's page"
+    (out / "index.html").unlink()
+    assert audit(*args).returncode in (0, 1)
+    (out / "notes.md").write_text("mine")
+    (out / "work" / "mine.txt").write_text("also mine")
+    assert audit(*args).returncode in (0, 1)
+    assert (out / "notes.md").read_text() == "mine"
+    assert (out / "work" / "mine.txt").read_text() == "also mine"
+    assert "audit" in (out / "index.html").read_text()
 
 
 def test_a_fixed_first_axis_takes_whole_runs_of_it(tmp_path: Path) -> None:

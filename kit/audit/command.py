@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,8 @@ from kit.audit.model import (
 )
 from kit.audit.screen import screen
 from kit.errors import KitError
-from kit.files import canonical_json, load_npz, replace_folder, write_atomic, write_npz
+from kit.files import canonical_json, load_npz, write_atomic, write_npz
+from kit.owned import publish, temporary
 from kit.paths import ROOT
 from kit.runfolder import say
 from kit.tolerance import TINY
@@ -75,14 +75,22 @@ def run_command(args: argparse.Namespace) -> int:
                               "sides": {k: v.__dict__ for k, v in sides.items()},
                               "protocol_version": protocol["version"], "screen": known}
     touched = [row["case"] for row in known if "affected" in (row["from"], row["to"])]
-    if arrays is not None and not args.screen_only:
-        started = time.monotonic()
-        record.update(measure(model, arrays, sides, protocol, out, args))
-        record["wall_s"] = round(time.monotonic() - started, 1)
-    else:
-        record["verdict"], record["why"] = "screen only", "no runtime was run"
-    record["known_defects_affecting"] = touched
-    write_report(out, record)
+    made = not out.exists()
+    staging = temporary(out)  # kit.owned: a folder the kit did not write is refused here
+    try:
+        if arrays is not None and not args.screen_only:
+            started = time.monotonic()
+            record.update(measure(model, arrays, sides, protocol, staging, args))
+            record["wall_s"] = round(time.monotonic() - started, 1)
+        else:
+            record["verdict"], record["why"] = "screen only", "no runtime was run"
+        record["known_defects_affecting"] = touched
+        write_report(staging, record)
+        publish(staging, out, "python -m kit audit")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
     say(f"audit: {record['verdict']}; known defects on an affected side: "
         f"{', '.join(touched) or 'none'}; report {out / 'index.html'}")
     return 1 if touched or record["verdict"] in ("beyond clean drift", "cannot calibrate") \
@@ -91,21 +99,14 @@ def run_command(args: argparse.Namespace) -> int:
 
 def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             protocol: dict[str, Any], out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Run every cell and graph in a fresh work folder (renamed to ``out/work`` when
-    complete), then calibrate, judge and localise."""
-    if (out / "work").exists() and not (out / "audit.json").is_file():
-        raise KitError(f"{out / 'work'}: exists in a folder that holds no audit report; give "
-                       "another --out (an audit replaces only its own work folder)")
-    out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".work.", suffix=".tmp", dir=out))
-    try:
-        os.chmod(work, 0o755)  # the docker worker reads it as the image's own user
-        found = _measure(model, arrays, sides, protocol, work, args)
-        replace_folder(work, out / "work")
-    finally:
-        if work.exists():
-            shutil.rmtree(work)
-    return found
+    """Run every cell and graph in ``out/work`` (``out``: the audit's staging folder, moved
+    into the report folder whole by ``kit.owned.publish``), then calibrate, judge and
+    localise."""
+    work = out / "work"
+    work.mkdir()
+    os.chmod(out, 0o755)  # the docker worker reads them as the image's own user
+    os.chmod(work, 0o755)
+    return _measure(model, arrays, sides, protocol, work, args)
 
 
 def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
@@ -209,7 +210,6 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
     """``audit.json`` and ``index.html`` (each written whole, then renamed into place)."""
     from kit.reporting import PageTable, html_page
 
-    out.mkdir(parents=True, exist_ok=True)
     write_atomic(out / "audit.json", canonical_json(record))
     sides = {k: f"{v['release']}/{v['level']}" for k, v in record["sides"].items()}
     sections = []
