@@ -106,6 +106,15 @@ SCRIPT = """
   apply();
   var wide=document.documentElement.scrollWidth>document.documentElement.clientWidth;
   document.body.dataset.overflow=wide?'yes':'no';
+  // a jump target lands below the sticky filter bar, whatever height it wraps to
+  var bar=document.querySelector('.filters');
+  function pad(){document.documentElement.style.scrollPaddingTop=
+    (bar?bar.offsetHeight+8:0)+'px';}
+  pad(); window.addEventListener('resize',pad);
+  var target=location.hash&&document.getElementById(decodeURIComponent(location.hash.slice(1)));
+  if(target){target.scrollIntoView();
+    var top=target.getBoundingClientRect().top, r=bar?bar.getBoundingClientRect():null;
+    document.body.dataset.jump=r&&r.top<=top&&top<r.bottom-1?'under':'clear';}
   document.body.dataset.ready='yes';
 })();
 """

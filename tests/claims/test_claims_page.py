@@ -203,6 +203,10 @@ def test_chromium_loads_the_shipped_claims_page_at_two_widths(tmp_path: Path) ->
                     "--dump-dom", page.as_uri() + "?claim=A-052").stdout
     assert 'id="shown">2<' in one
     assert 'class="claim hidden" data-claim="A-114"' in one
+    for anchor in ("study-sciml", "arithmetic"):  # a jump lands below the sticky filter bar
+        jumped = _headless(chromium, tmp_path / f"home-{anchor}", "--window-size=1024,900",
+                           "--dump-dom", f"{page.as_uri()}#{anchor}").stdout
+        assert 'data-jump="clear"' in jumped
 
 
 def test_chromium_renders_the_page(page: Path, tmp_path: Path) -> None:
