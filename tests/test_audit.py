@@ -242,3 +242,32 @@ def test_the_screen_alone_needs_no_inputs_and_no_runtime(tmp_path: Path) -> None
     proc = audit(str(model), "--from", "1.28.0", "--to", "1.29.0", "--out", str(out))
     assert proc.returncode == 2
     assert "--inputs X.npz is needed" in proc.stderr
+
+
+def test_a_shape_or_dtype_a_release_changes_is_a_finding_naming_both() -> None:
+    """A defect that gives an output or tensor another shape in one release: beyond clean
+    drift, naming the output and both shapes; no measure of it crashes."""
+    from kit.audit.calibrate import first_moving
+    from kit.audit.command import describe
+
+    alarm = load_protocol()["alarm"]
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(20, 10)).astype(np.float32)
+    clean = [(base, base)] * 4
+    found = calibrate(clean, (base, base[:, :8]), 10, alarm)
+    assert found.reshaped == "float32[20, 10] against float32[20, 8]"
+    assert (found.audited_rate, found.identical_share) == (1.0, 0.0)
+    assert found.as_dict()["audited_max"] is None
+    word, why = verdict({"y": found}, alarm["false_alarm_rate"])
+    assert word == "beyond clean drift"
+    assert "y (float32[20, 10] against float32[20, 8])" in why
+    recast = calibrate(clean, (base, base.astype(np.float64)), 10, alarm)
+    assert recast.reshaped == "float32[20, 10] against float64[20, 10]"
+    measures = describe(base, base[:, :8], "y")
+    assert (measures["max_abs"], measures["flips"], measures["polygraphy_fails"]) == (
+        None, None, 20)
+    moving = first_moving({"t": found}, [{"tensor": "t", "node": "n", "op": "Pad",
+                                          "inputs": "x"}], alarm["false_alarm_rate"])
+    assert moving is not None
+    assert moving["node"] == "n"
+    assert moving["reshaped"] == found.reshaped

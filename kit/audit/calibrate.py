@@ -23,9 +23,21 @@ Array = np.ndarray[Any, Any]
 Outputs = dict[str, Array]  # output name -> (inputs, ...) array
 
 
+def reshaped(a: Array, b: Array) -> str:
+    """Empty when the two sides' arrays have one shape and dtype; else both, in words (an
+    output or tensor whose shape or dtype a release changed: a finding, never a crash)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape == b.shape and a.dtype == b.dtype:
+        return ""
+    return f"{a.dtype}{list(a.shape)} against {b.dtype}{list(b.shape)}"
+
+
 def scores(a: Array, b: Array) -> Array:
     """Per input (first axis): ``max |a - b| / max(1, max |a|)``; NaN where one side is NaN
-    and the other is not counts as infinitely far."""
+    and the other is not counts as infinitely far, and so does every input of two arrays
+    whose shapes differ (``reshaped``)."""
+    if np.asarray(a).shape[1:] != np.asarray(b).shape[1:]:
+        return np.full(len(a), np.inf)
     a64, b64 = (np.asarray(x, np.float64).reshape(len(x), -1) for x in (a, b))
     nan_a, nan_b = np.isnan(a64), np.isnan(b64)
     diff = np.where(nan_a & nan_b, 0.0, np.abs(a64 - b64))
@@ -47,10 +59,12 @@ class Calibration:
     audited_rate: float
     audited_max: float
     identical_share: float
+    reshaped: str = ""  # the two sides' shapes and dtypes, where a release changed them
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else float(v)
-                for k, v in self.__dict__.items()}
+        """JSON-ready: an infinite score (a changed shape) as None."""
+        return {k: list(v) if isinstance(v, tuple) else v if isinstance(v, str)
+                else float(v) if np.isfinite(v) else None for k, v in self.__dict__.items()}
 
 
 def calibrate(clean: list[tuple[Array, Array]], audited: tuple[Array, Array], n_cal: int,
@@ -65,21 +79,27 @@ def calibrate(clean: list[tuple[Array, Array]], audited: tuple[Array, Array], n_
         else np.zeros(len(clean_scores))
     rate = alarm["false_alarm_rate"]
     audited_scores = scores(*audited)
+    changed = reshaped(*audited)
     flat_a = np.asarray(audited[0]).reshape(len(audited[0]), -1)
     flat_b = np.asarray(audited[1]).reshape(len(audited[1]), -1)
-    same = np.array([np.array_equal(x, y, equal_nan=True) for x, y in zip(flat_a, flat_b,
-                                                                         strict=True)])
+    same = np.zeros(len(flat_a), bool) if changed else np.array(
+        [np.array_equal(x, y, equal_nan=True) for x, y in zip(flat_a, flat_b, strict=True)])
     return Calibration(tau=tau, clean_max=clean_max,
                        clean_heldout_rate=float(np.median(held_rates)) if len(held_rates)
                        else 0.0,
                        unstable=tuple(int(i) for i in np.flatnonzero(held_rates > rate)),
                        audited_rate=float((audited_scores > tau).mean()),
                        audited_max=float(audited_scores.max(initial=0.0)),
-                       identical_share=float(same.mean()))
+                       identical_share=float(same.mean()), reshaped=changed)
 
 
 def verdict(calibrations: dict[str, Calibration], rate: float) -> tuple[str, str]:
-    """The verdict over every output and why."""
+    """The verdict over every output and why (a shape or dtype a release changed first:
+    it is beyond clean drift whatever the clean pairs do)."""
+    changed = [f"{name} ({c.reshaped})" for name, c in calibrations.items() if c.reshaped]
+    if changed:
+        return "beyond clean drift", ("the two sides give outputs of another shape or dtype: "
+                                      + "; ".join(changed))
     failing = [name for name, c in calibrations.items() if c.clean_heldout_rate > rate]
     if failing:
         worst = max(calibrations[n].clean_heldout_rate for n in failing)

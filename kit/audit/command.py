@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.audit.calibrate import calibrate, first_moving, flips, verdict
+from kit.audit.calibrate import calibrate, first_moving, flips, reshaped, verdict
 from kit.audit.model import (
     Cell,
     check_inputs,
@@ -148,9 +148,13 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
 
 def describe(a: Any, b: Any, name: str) -> dict[str, Any]:
     """The plain measures of one output: largest absolute and relative difference, argmax
-    flips, Polygraphy's default verdict per input."""
+    flips, Polygraphy's default verdict per input; none of them for two arrays of other
+    shapes or dtypes, which fail every input (``calibrate.reshaped``)."""
     from kit.drift.polygraphy_check import polygraphy_fails
 
+    if reshaped(a, b):
+        return {"max_abs": None, "max_rel": None, "flips": None,
+                "polygraphy_fails": len(a), "polygraphy_verdict": "fails (shapes differ)"}
     diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
     rel = diff / np.maximum(np.abs(np.asarray(a, np.float64)), TINY)
     fails = polygraphy_fails(np.asarray(a, np.float32), np.asarray(b, np.float32), name)
@@ -206,6 +210,10 @@ def run_cells(cells: list[Cell], work: Path, feeds: list[str], rows: int,
     return found
 
 
+def _g(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
 def write_report(out: Path, record: dict[str, Any]) -> None:
     """``audit.json`` and ``index.html`` (each written whole, then renamed into place)."""
     from kit.reporting import PageTable, html_page
@@ -218,7 +226,7 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
         sections.append(PageTable(
             "Outputs", ["output", "max abs", "max rel", "bit-identical", "flips", "Polygraphy",
                         "tau", "audited alarm share", "unstable clean pairs"],
-            [[n, f"{r['max_abs']:.3g}", f"{r['max_rel']:.3g}", f"{r['identical_share']:.0%}",
+            [[n, _g(r["max_abs"]), _g(r["max_rel"]), f"{r['identical_share']:.0%}",
               str(r["flips"]), f"{r['polygraphy_verdict']} ({r['polygraphy_fails']})",
               f"{r['tau']:.3g}", f"{r['audited_rate']:.0%}",
               "; ".join(pairs[i] for i in r["unstable"]) or "none"]
