@@ -132,8 +132,16 @@ def corpus_detectors(session: nox.Session) -> None:
 @nox.session
 def audit(session: nox.Session) -> None:
     """Audit anyone's ONNX model across an onnxruntime move (python -m kit audit): -- MODEL
-    --inputs X.npz --from RELEASE[/LEVEL] --to RELEASE[/LEVEL] [--screen-only]."""
-    session.run(_python(), "-m", "kit", "audit", *session.posargs, external=True)
+    --inputs X.npz --from RELEASE[/LEVEL] --to RELEASE[/LEVEL] [--screen-only]. The audit's
+    own exit status comes back: 0 within clean drift, 1 beyond it (or a known defect), 2
+    an error (nox's own failure would make both 1)."""
+    import subprocess
+
+    code = subprocess.run([_python(), "-m", "kit", "audit", *session.posargs],
+                          check=False).returncode
+    if code:
+        session.log(f"python -m kit audit exited {code}")
+        raise SystemExit(code)
 
 
 @nox.session

@@ -271,3 +271,22 @@ def test_a_shape_or_dtype_a_release_changes_is_a_finding_naming_both() -> None:
     assert moving is not None
     assert moving["node"] == "n"
     assert moving["reshaped"] == found.reshaped
+
+
+def test_nox_passes_the_audits_exit_status_through(tmp_path: Path) -> None:
+    """0, 1 and 2 stay apart through ``nox -s audit`` (a failed session would make both
+    1 and 2 read 1)."""
+    model, _ = case_files(tmp_path, "pad-avgpool-fusion")
+
+    def nox_audit(*args: str) -> int:
+        return subprocess.run([sys.executable, "-m", "nox", "-f", str(ROOT / "noxfile.py"),
+                               "-s", "audit", "--", *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=600, check=False).returncode
+
+    assert nox_audit(str(tmp_path / "absent.onnx"), "--screen-only", "--from", "1.20.1",
+                     "--to", "1.29.0") == 2
+    touched = ("--screen-only", "--from", "1.20.1", "--to", "1.21.1",
+               "--out", str(tmp_path / "a"))
+    assert nox_audit(str(model), *touched) == 1  # a known defect affects 1.20.1
+    clear = ("--screen-only", "--from", "1.28.0", "--to", "1.29.0", "--out", str(tmp_path / "b"))
+    assert nox_audit(str(model), *clear) == 0
