@@ -236,7 +236,8 @@ def _filters(report: dict[str, Any]) -> list[str]:
             '<label> claim id <input id="claim-search" type="search" size="8" '
             'placeholder="A-052"></label>',
             f'<span class="note"><span id="shown">{total}</span> of {total} claim checks '
-            "shown</span></div>"]
+            'shown</span> <span id="no-match" class="note hidden">: no claim check matches '
+            "the filters</span></div>"]
 
 
 def _evidence(claim: dict[str, Any], page_dir: Path, root: Path) -> str:

@@ -94,8 +94,18 @@ SCRIPT = """
         (!q||e.dataset.claim.toUpperCase().indexOf(q)===0);
       e.classList.toggle('hidden',!ok); if(ok){shown++;}
     });
-    if(q){document.querySelectorAll('details.folded').forEach(function(d){d.open=true;});}
+    // a table or fold with no row left is hidden; a search opens only the folds that
+    // hold a match, and clearing it closes them again
+    document.querySelectorAll('table').forEach(function(t){
+      if(t.querySelector('tr.claim')){
+        t.classList.toggle('hidden',!t.querySelector('tr.claim:not(.hidden)'));}});
+    document.querySelectorAll('details.folded').forEach(function(d){
+      if(d.dataset.initial===undefined){d.dataset.initial=d.open?'1':'0';}
+      var any=d.querySelector('tr.claim:not(.hidden)')!==null;
+      d.classList.toggle('hidden',!any);
+      d.open=q?any:d.dataset.initial==='1';});
     document.getElementById('shown').textContent=shown;
+    document.getElementById('no-match').classList.toggle('hidden',shown>0);
   }
   var given=new URLSearchParams(location.search);
   boxes.forEach(function(b){

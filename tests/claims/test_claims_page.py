@@ -203,6 +203,14 @@ def test_chromium_loads_the_shipped_claims_page_at_two_widths(tmp_path: Path) ->
                     "--dump-dom", page.as_uri() + "?claim=A-052").stdout
     assert 'id="shown">2<' in one
     assert 'class="claim hidden" data-claim="A-114"' in one
+    # a search opens only the folds holding a match and hides the rest; nothing found says so
+    assert one.count('<details class="folded hidden"') == text.count('<details class="folded"') - 1
+    assert 'id="no-match" class="note hidden"' in one
+    nothing = _headless(chromium, tmp_path / "home-none", "--window-size=1024,900",
+                        "--dump-dom", page.as_uri() + "?claim=ZZZ").stdout
+    assert 'id="shown">0<' in nothing
+    assert 'id="no-match" class="note"' in nothing
+    assert '<details class="folded"' not in nothing.replace('<details class="folded hidden"', "")
     for anchor in ("study-sciml", "arithmetic"):  # a jump lands below the sticky filter bar
         jumped = _headless(chromium, tmp_path / f"home-{anchor}", "--window-size=1024,900",
                            "--dump-dom", f"{page.as_uri()}#{anchor}").stdout
