@@ -120,6 +120,14 @@ def _reports(args: argparse.Namespace) -> int:
     return 0
 
 
+def _archive(args: argparse.Namespace) -> int:
+    from kit.claims.archive import write_archive
+    from kit.paths import ROOT
+
+    print(write_archive(ROOT, args.out or ROOT / "runs" / "archive"))
+    return 0
+
+
 def _sweep(args: argparse.Namespace) -> int:
     from kit.drift.protocol import PROTOCOL
     from kit.drift.sweep import run_sweep
@@ -222,7 +230,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _run, "images": _images, "stage": _stage, "reproduce": _stage, "verify": _verify,
     "sciml": _sciml, "sciml-report": _sciml_report, "sweep": _sweep,
     "polygraphy": _polygraphy, "bench": _bench, "ship": _ship, "corpus": _corpus,
-    "corpus-detectors": _corpus_detectors, "reports": _reports,
+    "corpus-detectors": _corpus_detectors, "reports": _reports, "archive": _archive,
     "reproduce-all": _reproduce_all, "audit": _audit}
 
 

@@ -143,6 +143,9 @@ def _add_claims_commands(add: Add) -> None:
     reports = add("reports", help="render every study's report from the shipped evidence "
                                   "under claims/")
     reports.add_argument("--out", type=Path, help="report folder (default runs/reports)")
+    archive = add("archive", help="the deposit for a permanent archive: git archive of the "
+                  "committed tree, its root digest and sha256 (kit/claims/archive.py)")
+    archive.add_argument("--out", type=Path, help="deposit folder (default runs/archive)")
 
 
 def _add_sciml_commands(add: Add) -> None:

@@ -1,0 +1,58 @@
+"""The deposit for a permanent archive (``kit.claims.archive``): the committed tree as
+``git archive`` writes it, with its root digest and sha256; an uncommitted change to a
+tracked file is refused, since the root would not be the archive's."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from kit.claims.archive import write_archive
+from kit.claims.coverage import roots
+from kit.errors import KitError
+from kit.paths import ROOT
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A committed checkout of the claims, manifests, locks and pyproject."""
+    root = tmp_path / "repo"
+    for name in ("claims", "manifests", "locks"):
+        shutil.copytree(ROOT / name, root / name)
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    for args in (["init", "-q"], ["add", "-A"],
+                 ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tree"]):
+        subprocess.run(["git", "-C", str(root), *args], check=True, timeout=120)
+    return root
+
+
+def test_the_deposit_holds_the_committed_tree_and_names_its_root(repo: Path,
+                                                                 tmp_path: Path) -> None:
+    deposit = json.loads(write_archive(repo, tmp_path / "out").read_text())
+    archive = tmp_path / "out" / deposit["archive"]
+    assert deposit["sha256"] == hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert deposit["root"] == roots(repo)["combined"]
+    assert f"--expect-root {deposit['root']}" in deposit["check"]
+    assert (tmp_path / "out" / "SHA256SUMS").read_text() == \
+        f"{deposit['sha256']}  {deposit['archive']}\n"
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    prefix = deposit["archive"].removesuffix(".tar.gz")
+    assert f"{prefix}/claims/drift.yaml" in names
+    assert f"{prefix}/manifests/evidence.json" in names
+
+
+def test_an_uncommitted_change_is_refused_and_nothing_is_written(repo: Path,
+                                                                 tmp_path: Path) -> None:
+    ledger = repo / "claims" / "drift.yaml"
+    ledger.write_text(ledger.read_text() + "\n")
+    with pytest.raises(KitError, match=r"claims/drift\.yaml \(and any other tracked file "
+                                       r"changed\) is not committed"):
+        write_archive(repo, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
