@@ -13,9 +13,13 @@
     ├── RunFolderError       a run folder (``--run``) is a file, cannot be made, or was
     │   │                    started under another protocol (``kit/runlock.py``)
     │   └── RunLocked        another kit command holds the run folder's lock (its pid)
-    └── InputRefused         ``kit run`` refuses a model, its external data, an input .npz
-                             or an output path before any runtime sees them
-                             (``kit/runtime/exchange.py``)
+    ├── InputRefused         ``kit run`` refuses a model, its external data, an input .npz
+    │                        or an output path before any runtime sees them
+    │                        (``kit/runtime/exchange.py``)
+    └── RecountError         a shipped record's summary disagrees with the per-case values
+                             it summarises (``kit/sciml/recount.py``, the sweep's and the
+                             fetch record's recounts): never an undecidable value, always a
+                             failed check
 
 The worker itself (``kit/runtime/worker.py``) cannot import this package, since it runs inside
 the runtime images with numpy and onnxruntime only; it raises ``kit.runtime.worker.JobError``
@@ -35,6 +39,10 @@ from pathlib import Path
 
 class KitError(Exception):
     """Base class; the message is meant for a person and names the file involved."""
+
+
+class RecountError(KitError):
+    """A summary in a shipped record contradicts what it summarises (named file, field)."""
 
 
 class ConfigError(KitError):

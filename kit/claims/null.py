@@ -8,8 +8,10 @@ Every claim that passes there with ``reproduced`` or a direction is decided agai
 same rule and recompute functions, on the null evidence. When the null passes too, the
 agreement is structural (the architecture or the probe, not anything learned): the row is
 ``by design`` at most, never ``reproduced`` or a direction, and its note says "the null
-passes too" with the null's value. A row the null cannot be decided on keeps its status
-and says why in its note, so a reader sees which rows no null stands behind.
+passes too" with the null's value. A row the null cannot be decided on (a value it leaves
+undefined) keeps its status and says why in its note, so a reader sees which rows no null
+stands behind; a null record whose summaries contradict its cases (``RecountError``) is a
+failed check like any other, never a reason to keep a status.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from kit.errors import KitError
+from kit.errors import KitError, RecountError
 from kit.paths import ROOT
 
 CAPPED = ("reproduced", "direction reproduced")  # what a passing null takes away
@@ -31,6 +33,8 @@ def against_null(outcome: Any, decide: Any) -> Any:
         return outcome
     try:
         null = decide()
+    except RecountError:
+        raise  # a null record that contradicts itself is a failed check, never a pass
     except KitError as exc:  # named, relative to the checkout, beside the kept status
         why = str(exc).replace(f"{ROOT}/", "")
         return replace(outcome, note=f"{outcome.note}; the null could not be decided ({why})")

@@ -20,7 +20,7 @@ from kit.drift import analysis
 from kit.drift import bootstrap as engine
 from kit.drift.localise import TOP_K
 from kit.drift.shipped import Evidence
-from kit.errors import KitError
+from kit.errors import KitError, RecountError
 from kit.files import sha256
 from kit.values import Value, constant, recorded
 
@@ -56,7 +56,7 @@ def conv_layers(ev: Evidence, model: str) -> Value:
     recorded = int(ev.json("fetch/fetch.json")["models"][model]["sketch_outputs"])
     counted = int(ev.layers[f"{model}/direct"].shape[1])
     if recorded != counted:
-        raise KitError(f"{ev.root / 'fetch/fetch.json'}: models/{model}/sketch_outputs is "
+        raise RecountError(f"{ev.root / 'fetch/fetch.json'}: models/{model}/sketch_outputs is "
                        f"{recorded}, but score/layers.npz scores {counted} layers")
     return counted
 

@@ -16,7 +16,7 @@ from itertools import pairwise
 from typing import Any
 
 from kit.drift.shipped import Evidence
-from kit.errors import KitError
+from kit.errors import KitError, RecountError
 from kit.values import Value
 
 FAULT_MATRIX = "sweep/polygraphy/fault-matrix.json"
@@ -40,7 +40,7 @@ class SweepEvidence(Evidence):
             raise KitError(f"{self.root / 'sweep/cells.json'}: no 'rows' list")
         problems = recount(found["rows"])
         if problems:
-            raise KitError(f"{self.root / 'sweep/cells.json'}: {problems[0]}"
+            raise RecountError(f"{self.root / 'sweep/cells.json'}: {problems[0]}"
                            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
         return found
 

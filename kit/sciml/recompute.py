@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.errors import KitError
+from kit.errors import KitError, RecountError
 from kit.files import read_json
 from kit.sciml import recompute_catalogue, recompute_faults, recompute_mgn, recount
 from kit.sciml.operator_floor import loglog_fit
@@ -49,7 +49,7 @@ class SciEvidence:
             record = read_json(path)
             found = RECOUNTS[name](record) if name in RECOUNTS else []
             if found:
-                raise KitError(f"{path}: {found[0]}"
+                raise RecountError(f"{path}: {found[0]}"
                                + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
             self._cache[name] = record
         return self._cache[name]

@@ -50,6 +50,16 @@ def test_only_agreement_is_checked_and_an_undecidable_null_is_named() -> None:
     assert kept.note.endswith("the null could not be decided (null.json: no value at 'x')")
 
 
+def test_a_null_record_that_contradicts_itself_fails_never_keeps_a_status() -> None:
+    from kit.errors import RecountError
+
+    def tampered() -> Outcome:
+        raise RecountError("null/ledger.json: counts/x is {'pass': 9}, but its verdicts count")
+
+    with pytest.raises(RecountError, match="counts/x"):
+        against_null(outcome("reproduced"), tampered)
+
+
 def test_a_named_null_that_is_missing_is_a_failed_check(tmp_path: Path) -> None:
     ledger = load_ledger(ROOT / "claims" / "sciml.yaml")
     ledger["substrates"]["kit"]["null_evidence"] = str(tmp_path / "absent")
