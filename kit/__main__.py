@@ -87,7 +87,9 @@ def _verify(args: argparse.Namespace) -> int:
     select = Selection(tuple(args.claim), tuple(args.study), tuple(args.status))
     return verify(json_out=args.json, strict_findings=args.strict_findings,
                   expect_root=args.expect_root,
-                  page=args.page or ROOT / "runs" / "verify" / "index.html", select=select,
+                  # a run for named claims recomputes only those: it leaves the full page be
+                  page=args.page or (None if args.claim else
+                                     ROOT / "runs" / "verify" / "index.html"), select=select,
                   interpreter=True)
 
 

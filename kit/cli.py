@@ -100,7 +100,8 @@ def _add_claims_commands(add: Add) -> None:
     verify.add_argument("--page", type=Path,
                         help="where to write the claims page (default runs/verify/index.html)")
     verify.add_argument("--claim", nargs="+", action="extend", default=[], metavar="ID",
-                        help="print only these claims, in full (every check still runs)")
+                        help="recompute and print only these claims, in full (every "
+                             "integrity check still runs; the claims page is left as it is)")
     verify.add_argument("--study", nargs="+", action="extend", default=[], metavar="NAME",
                         help="print only these studies' claims (drift, sciml, realdrift, "
                              "corpus)")

@@ -90,8 +90,8 @@ def test_verify_one_claim_prints_that_claim_alone_after_the_summary(tmp_path: Pa
     proc = kit("verify", "--claim", "A-052", "--page", page)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("verify: 610 claim checks, 0 failed checks")
-    assert "verify: 2 of 610 claim checks selected" in lines
+    assert lines[0].startswith("verify: 2 claim checks, 0 failed checks")  # only A-052
+    assert "verify: 2 of 2 claim checks selected" in lines
     headers = [line for line in lines if line.startswith("A-0")]
     assert headers == ["A-052 (drift, cifar100): not run here",
                        "A-052 (drift, digits): direction reproduced"]
@@ -101,6 +101,10 @@ def test_verify_one_claim_prints_that_claim_alone_after_the_summary(tmp_path: Pa
     wrong = kit("verify", "--claim", "A-999", "--page", page)
     assert wrong.returncode == 2
     assert wrong.stderr.startswith("kit: error: verify: no claim A-999 in the ledgers")
+    default_page = ROOT / "runs" / "verify" / "index.html"
+    before = default_page.stat().st_mtime_ns if default_page.is_file() else None
+    assert kit("verify", "--claim", "A-052").returncode == 0  # the full page is left be
+    assert (default_page.stat().st_mtime_ns if default_page.is_file() else None) == before
 
 
 def test_a_selection_of_a_study_whose_ledger_did_not_load_names_why(tmp_path: Path) -> None:

@@ -215,8 +215,10 @@ def link_kit_answers(ledgers: list[dict[str, Any]], outcomes: list[Outcome],
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """Which claim checks verify prints (``--claim``, ``--study``, ``--status``); the
-    integrity checks, the exit status and the counts still cover everything."""
+    """Which claim checks verify prints (``--claim``, ``--study``, ``--status``). With
+    claims named, only those (and the claims that answer them) are recomputed, an answer
+    in a second or two, and the counts and the exit status cover them and every integrity
+    check; otherwise everything is recomputed and only the printing is selected."""
 
     claims: tuple[str, ...] = ()
     studies: tuple[str, ...] = ()
@@ -252,9 +254,11 @@ def count_statuses(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
                     for s in STATUSES} for study in studies}
 
 
-def evaluate_all(root: Path, ledger_paths: list[Path], problems: list[str]) -> list[Outcome]:
-    """Loads every ledger, runs the file and schema checks and recomputes every claim;
-    what fails is appended to ``problems``."""
+def evaluate_all(root: Path, ledger_paths: list[Path], problems: list[str],
+                 only: tuple[str, ...] = ()) -> list[Outcome]:
+    """Loads every ledger, runs the file and schema checks and recomputes every claim (or
+    ``only`` those, and the claims that answer them); what fails is appended to
+    ``problems``."""
     ledgers = []
     for path in ledger_paths:
         try:
@@ -265,10 +269,17 @@ def evaluate_all(root: Path, ledger_paths: list[Path], problems: list[str]) -> l
         problems += collect(check, root)
     for ledger_check in (check_schemas, paper_pin_problems):
         problems += collect(ledger_check, root, ledgers)
+    if only:  # a named claim no ledger holds: refused, with the nearest ids
+        Selection(claims=only).chosen([Outcome(c["id"], "", "", "", "", "", "", "", "")
+                                       for ledger in ledgers for c in ledger["claims"]])
     outcomes: list[Outcome] = []
+    wanted = set(only) | {c["kit_answer"]["claim"] for ledger in ledgers
+                          for c in ledger["claims"] if c["id"] in only and "kit_answer" in c}
     for ledger in ledgers:
         try:
-            outcomes += evaluate(ledger, root, problems)
+            chosen = ledger if not only else {
+                **ledger, "claims": [c for c in ledger["claims"] if c["id"] in wanted]}
+            outcomes += evaluate(chosen, root, problems)
         except KitError as exc:
             problems.append(str(exc))
     return link_kit_answers(ledgers, outcomes, problems)
@@ -294,7 +305,8 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     from kit.claims.isolation import environment, root_checks
 
     problems: list[str] = environment()
-    outcomes = evaluate_all(root, ledger_paths, problems)
+    # an answer in a second: with claims named, only those are recomputed
+    outcomes = evaluate_all(root, ledger_paths, problems, select.claims if select else ())
     outcomes, arithmetic = attach(outcomes, root, problems)
     try:
         shown = (select or Selection()).chosen(outcomes)

@@ -36,7 +36,7 @@ def test_a_wrong_expected_root_says_so_beside_the_last_line() -> None:
 def test_two_claim_options_keep_both_and_a_typo_gets_a_suggestion() -> None:
     both = _verify("--claim", "A-052", "--claim", "A-061")
     assert both.returncode == 0, both.stderr
-    assert "verify: 4 of 610 claim checks selected" in both.stdout  # each on two substrates
+    assert "verify: 4 of 4 claim checks selected" in both.stdout  # each on two substrates
     assert "A-052 (drift, digits)" in both.stdout
     assert "A-061 (drift, digits)" in both.stdout
     typo = _verify("--claim", "A-0522")
