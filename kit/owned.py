@@ -6,7 +6,8 @@ kit wrote and a user changed since is refused rather than replaced, and the fold
 mode is left as it is.
 
 ``publish(staging, out, command)`` moves a complete set of files, rendered under
-``staging`` (a temporary folder inside ``out``, ``temporary``), into ``out``: every check
+``staging`` (a temporary folder inside ``out``: ``temporary``, or ``staged`` for a block
+that removes it afterwards), into ``out``: every check
 comes first, then each file is renamed into place (each rename is atomic), the files the
 previous mark listed and the new set lacks are removed, and the mark (``MARK``: the
 command and the sha256 of every file it wrote) is written last, so an interrupted publish
@@ -18,6 +19,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +59,20 @@ def temporary(out: Path) -> Path:
     written(out)
     out.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=".tmp", dir=out))
+
+
+@contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """``temporary(out)`` for the block, removed afterwards whatever happens, and ``out``
+    too when this call made it and it is left empty (a failure leaves no new folder)."""
+    made = not out.exists()
+    staging = temporary(out)
+    try:
+        yield staging
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if made and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
 
 
 def publish(staging: Path, out: Path, command: str) -> dict[str, str]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from kit.audit.model import (
 from kit.audit.screen import screen
 from kit.errors import KitError
 from kit.files import canonical_json, load_npz, write_atomic, write_npz
-from kit.owned import publish, temporary
+from kit.owned import publish, staged
 from kit.paths import ROOT
 from kit.runfolder import say
 from kit.tolerance import TINY
@@ -75,9 +74,7 @@ def run_command(args: argparse.Namespace) -> int:
                               "sides": {k: v.__dict__ for k, v in sides.items()},
                               "protocol_version": protocol["version"], "screen": known}
     touched = [row["case"] for row in known if "affected" in (row["from"], row["to"])]
-    made = not out.exists()
-    staging = temporary(out)  # kit.owned: a folder the kit did not write is refused here
-    try:
+    with staged(out) as staging:  # kit.owned: a folder the kit did not write is refused
         if arrays is not None and not args.screen_only:
             started = time.monotonic()
             record.update(measure(model, arrays, sides, protocol, staging, args))
@@ -87,10 +84,6 @@ def run_command(args: argparse.Namespace) -> int:
         record["known_defects_affecting"] = touched
         write_report(staging, record)
         publish(staging, out, "python -m kit audit")
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        if made and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
     say(f"audit: {record['verdict']}; known defects on an affected side: "
         f"{', '.join(touched) or 'none'}; report {out / 'index.html'}")
     return 1 if touched or record["verdict"] in ("beyond clean drift", "cannot calibrate") \

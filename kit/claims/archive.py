@@ -17,14 +17,13 @@ which equals the archive's tree because nothing tracked differs from the commit.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 from kit.claims.coverage import roots
 from kit.errors import KitError
 from kit.files import canonical_json, sha256, write_atomic
-from kit.owned import publish, temporary
+from kit.owned import publish, staged
 
 
 def _git(root: Path, *args: str) -> str:
@@ -51,9 +50,7 @@ def write_archive(root: Path, out: Path) -> Path:
     commit = _git(root, "rev-parse", "HEAD").strip()
     found = roots(root)
     name = f"kit-{commit[:12]}.tar.gz"
-    made = not out.exists()
-    staging = temporary(out)
-    try:
+    with staged(out) as staging:
         _git(root, "archive", "--format=tar.gz", f"--prefix=kit-{commit[:12]}/",
              "-o", str(staging / name), "HEAD")
         digest = sha256(staging / name)
@@ -65,8 +62,4 @@ def write_archive(root: Path, out: Path) -> Path:
             "kit.runtime.venvs verify && .venv-verify/bin/python -m kit verify "
             f"--expect-root {found['combined']}"}))
         publish(staging, out, "python -m kit archive")
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        if made and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
     return out / "DEPOSIT.json"

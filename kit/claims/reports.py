@@ -23,14 +23,13 @@ added is kept, and the folder's mode too.
 from __future__ import annotations
 
 import html
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kit.errors import KitError
 from kit.files import read_json, sha256, write_atomic
-from kit.owned import publish, temporary, written
+from kit.owned import publish, staged, written
 from kit.paths import ROOT
 from kit.reporting import MEASURE, STYLE, pyplot
 from kit.runfolder import SHIPPED_MANIFEST
@@ -132,14 +131,8 @@ def write_reports(out: Path) -> Path:
         raise KitError(f"{', '.join(missing)}: missing; the reports read the shipped evidence "
                        "of a complete checkout (git checkout -- claims)")
     pyplot()  # matplotlib first: a missing module fails before any folder is made
-    made = not out.exists()
-    staging = temporary(out)
-    try:
+    with staged(out) as staging:
         pages = {r: r.render(ROOT / r.evidence, staging / r.name) for r in REPORTS}
         write_atomic(staging / "index.html", index_page(pages, staging).encode())
         publish(staging, out, "python -m kit reports")
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        if made and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()  # a failure leaves no new folder behind
     return out / "index.html"
