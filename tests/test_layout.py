@@ -15,7 +15,8 @@ local imports included):
                   kit.reporting, kit.stats, kit.tolerance, kit.machine, kit.heartbeat,
                   kit.spread, kit.values (what a recompute function returns, below both
                   the studies' recompute modules and the claims), kit.owned (the rule
-                  for the folders the kit writes):
+                  for the folders the kit writes), kit.locks (the lock files' pins, which
+                  the environments and verify's interpreter check both read):
                   nothing of the studies or the claims, and of kit.runtime only the
                   edges named in SHARED_RUNTIME
 
@@ -38,7 +39,7 @@ KIT = ROOT / "kit"
 PARTS = ("runtime", "drift", "sciml", "corpus", "claims", "reproduce", "audit")
 SHARED = ("kit.errors", "kit.files", "kit.paths", "kit.schema", "kit.runfolder", "kit.runlock",
           "kit.reporting", "kit.stats", "kit.tolerance", "kit.machine", "kit.heartbeat",
-          "kit.spread", "kit.values", "kit.owned")
+          "kit.spread", "kit.values", "kit.owned", "kit.locks")
 # What each part must never import.
 NOT_IMPORTED = ("reproduce", "audit")  # the command line's alone
 FORBIDDEN = {"runtime": ("drift", "sciml", "corpus", "claims", *NOT_IMPORTED),

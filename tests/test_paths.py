@@ -21,7 +21,7 @@ def test_root_and_the_cache_folder_are_defined_once() -> None:
 
 
 def test_the_runtimes_do_not_import_the_environment_builder() -> None:
-    """kit.runtime.runtimes reads locks through kit.runtime.locks; kit.runtime.venvs imports
+    """kit.runtime.runtimes reads locks through kit.locks; kit.runtime.venvs imports
     kit.runtime.runtimes, never the other way round (the cycle runtimes <-> venvs is gone)."""
     proc = subprocess.run([sys.executable, "-c", "import sys, kit.runtime.runtimes; "
                            "print('kit.runtime.venvs' in sys.modules)"],

@@ -38,10 +38,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from kit.locks import lock_requirements
+
 LOCKS = ("verify.lock", "tools.lock")
 OWN = "kit"  # hashed by the code root, never by an installer's record
 INSTALLER = "pip"
-PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.\-]*)==([^\s\\;]+)", re.M)
 
 
 def normalise(name: str) -> str:
@@ -50,8 +51,9 @@ def normalise(name: str) -> str:
 
 
 def lock_pins(path: Path) -> dict[str, str]:
-    """Every ``name==version`` a lock pins."""
-    return {normalise(name): version for name, version in PIN.findall(path.read_text())}
+    """Every ``name==version`` a lock pins (``kit.locks``), by normalised name."""
+    return {normalise(pin.split("==")[0]): pin.split("==", 1)[1]
+            for pin in lock_requirements(path)}
 
 
 def installed() -> dict[str, metadata.Distribution]:

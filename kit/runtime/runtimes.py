@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kit.errors import ConfigError
+from kit.locks import lock_requirements
 from kit.paths import ROOT
-from kit.runtime.locks import lock_requirements
 
 CONFIG = Path(__file__).with_name("runtimes.toml")
 RELEASES = Path(__file__).with_name("releases.toml")

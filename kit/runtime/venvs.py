@@ -37,8 +37,8 @@ from pathlib import Path
 
 from kit.errors import ConfigError, EnvironmentFailed
 from kit.heartbeat import heartbeat
+from kit.locks import lock_requirements
 from kit.paths import ROOT, cache_dir
-from kit.runtime.locks import lock_requirements
 
 TOOLS_VENV = ROOT / ".venv"
 TOOLS_LOCK = ROOT / "locks" / "tools.lock"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from kit.errors import BackendUnavailable, ImageError, WorkerFailed
+from kit.locks import lock_requirements
 from kit.runtime import backends
 from kit.runtime.backends import run_jobs, select_backend
-from kit.runtime.locks import lock_requirements
 from kit.runtime.runtimes import get_runtime, load_runtimes
 from kit.runtime.worker import meta_path
 from tests.conftest import job

@@ -1,6 +1,6 @@
 """The runtime configurations: the declared file, its checks, and the real versions.
 
-Also covers ``kit.runtime.locks`` (no test file of its own)."""
+Also covers ``kit.locks`` (no test file of its own)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from kit.errors import ConfigError
+from kit.locks import lock_requirements
 from kit.paths import ROOT
 from kit.runtime.backends import run_jobs
-from kit.runtime.locks import lock_requirements
 from kit.runtime.runtimes import load_runtimes
 from kit.runtime.worker import meta_path
 from tests.conftest import job

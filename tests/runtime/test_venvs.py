@@ -82,7 +82,7 @@ def test_an_environment_never_rebuilds_itself(tmp_path: Path,
 
 
 def test_split_lock_separates_the_packages_built_against_torch(tmp_path: Path) -> None:
-    from kit.runtime.locks import lock_requirements
+    from kit.locks import lock_requirements
     from kit.runtime.venvs import PHYSICSNEMO_LOCK, split_lock
 
     rest, later = split_lock(PHYSICSNEMO_LOCK, ("torch-scatter",))

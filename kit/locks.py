@@ -1,6 +1,7 @@
 """Hash-pinned lock files (``locks/*.lock``, written by pip-compile): every requirement
 pinned with ``==`` and carrying its ``--hash=sha256:``. Read by the runtimes (which
-onnxruntime a lock pins) and by the environment builder (``kit.runtime.venvs``)."""
+onnxruntime a lock pins), by the environment builder (``kit.runtime.venvs``) and by
+verify's check of its own interpreter (``kit.claims.installed``)."""
 
 from __future__ import annotations
 
