@@ -48,8 +48,11 @@ import numpy as np
 import yaml
 
 from kit.errors import FileFormatError, KitError
+from kit.runtime.worker import TEMPORARY as TEMPORARY
 from kit.runtime.worker import canonical_json as canonical_json
 from kit.runtime.worker import npz_bytes as npz_bytes
+from kit.runtime.worker import stale as stale
+from kit.runtime.worker import temporary_prefix as temporary_prefix
 from kit.runtime.worker import write_atomic as write_atomic
 from kit.runtime.worker import write_npz as write_npz
 
@@ -267,7 +270,7 @@ def replace_folder(staging: Path, target: Path) -> None:
     if not target.exists():
         staging.rename(target)
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old.tmp",
+    old = Path(tempfile.mkdtemp(prefix=temporary_prefix(target.name), suffix=".old.tmp",
                                 dir=target.parent))
     old.rmdir()  # a fresh name for the old target
     target.rename(old)

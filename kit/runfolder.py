@@ -15,8 +15,8 @@ Not hashed (run metadata, not results): ``<run>/timings.json`` (wall time per st
 command holding the folder), ``<run>/run.json`` (the sha256 of the protocol the folder was
 started with; ``kit/runlock.py``), ``<run>/training-cache.json`` (the digits
 models' training-cache keys, which hash the training code, and whether each came from the
-cache), temporaries (``.NAME.tmp`` and ``.NAME.<random>.tmp``, the kit's own temporary
-names, removed when a command takes the folder; ``TEMPORARY_NAME``), ``<run>/.kit-replay``
+cache), temporaries (``.NAME.kit<pid>-<random>.tmp``, the kit's one temporary name,
+``kit.files.TEMPORARY``; removed when a command takes the folder and their writer is gone), ``<run>/.kit-replay``
 (the mark of a replay folder the kit made, ``kit/drift/replay.py``), ``<run>/steps/`` (the
 SciML pipeline's per-step state) and ``<run>/report/`` (tables, figures and the HTML page,
 which show the timings and the machine), so a replay compares results only.
@@ -38,7 +38,7 @@ from typing import Any
 
 from kit import schema
 from kit.errors import FileFormatError, KitError
-from kit.files import canonical_json, read_json, sha256, write_atomic
+from kit.files import TEMPORARY, canonical_json, read_json, sha256, write_atomic
 from kit.paths import ROOT
 
 MANIFEST = "manifest.json"
@@ -51,10 +51,6 @@ REPLAY = "replay.json"
 LOCK = ".lock"
 RUN_STATE = "run.json"
 TRAINING_CACHE = "training-cache.json"  # the digits models' cache keys (code hashes)
-TEMPORARY = ".tmp"  # the suffix of every temporary name a writer renames into place
-# The kit's own temporary names: write_atomic's ``.NAME.<random>.tmp`` (tempfile.mkstemp),
-# the exporter's ``.NAME.tmp``; a ``*.tmp`` file of any other name is not the kit's.
-TEMPORARY_NAME = re.compile(r"\.[^/\\]+\.tmp")
 REPLAY_MARK = ".kit-replay"  # written by the kit into a replay folder it makes
 # Run metadata beside the results, never inside the run manifest.
 CPU_TIMES = "cpu.json"  # per stage: wall and CPU seconds, cores, utilisation (nox -s bench)
@@ -160,7 +156,7 @@ def hashed_files(root: Path) -> list[Path]:
     """Every result file of a run folder (sorted): not the manifest, the timings, the
     report or a temporary file."""
     return [path for path in sorted(root.rglob("*"))
-            if path.is_file() and not path.name.endswith(TEMPORARY)
+            if path.is_file() and not TEMPORARY.fullmatch(path.name)
             and path.relative_to(root).as_posix() not in UNHASHED
             and path.relative_to(root).parts[0] not in UNHASHED_DIRS]
 

@@ -13,10 +13,11 @@ Both files are run metadata, outside the run manifest (``common.UNHASHED``), so 
 still compares results only. ``hold`` is re-entrant within a process (``reproduce`` holds
 the folder and runs each stage, which holds it again).
 
-Temporaries (``kit.runtime.worker.write_atomic``'s ``.NAME.<random>.tmp``, the exporter's
-``.NAME.tmp``: ``runfolder.TEMPORARY_NAME``) are what a killed writer leaves; nothing else
-of the kit's writes into a held folder, so at the first hold they are removed. A ``*.tmp``
-file of any other name (``x/a.tmp``) is not the kit's and stays; links are not followed.
+Temporaries (the kit's one name, ``.NAME.kit<pid>-<random>.tmp``: ``kit.files.TEMPORARY``)
+are what a killed writer leaves; at the first hold those whose writer is gone are removed
+(a live process's, another run's included, stay). A ``*.tmp`` of any other name
+(``x/a.tmp``, a nested project's ``.chapter1.tex.tmp``) is not the kit's and stays; links
+are not followed.
 A worker orphaned by a kill of the orchestrator alone (not of its process group) dies at
 its next progress line (its stderr pipe is closed); a temporary it still writes then fails
 to rename, and nothing complete is lost.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from kit.errors import RunFolderError, RunLocked
-from kit.files import canonical_json, read_json, write_atomic
-from kit.runfolder import LOCK, RUN_STATE, TEMPORARY_NAME, say
+from kit.files import canonical_json, read_json, stale, write_atomic
+from kit.runfolder import LOCK, RUN_STATE, say
 
 # folders this process holds: resolved root -> [lock file descriptor, depth]
 _HELD: dict[Path, list[int]] = {}
@@ -180,17 +182,21 @@ def _release(fd: int) -> None:
 
 
 def remove_temporaries(root: Path) -> list[Path]:
-    """Remove every temporary file of the kit's naming (``TEMPORARY_NAME``) under
-    ``root``, links not followed; returns them. Call it only while holding ``root``: then
-    no live writer owns one."""
-    stale = sorted(Path(folder) / name for folder, _, names in os.walk(root)
-                   for name in names if TEMPORARY_NAME.fullmatch(name))
-    stale = [path for path in stale if path.is_file() and not path.is_symlink()]
-    for path in stale:
-        path.unlink(missing_ok=True)
-    if stale:
-        say(f"run: removed {len(stale)} stale temporary files of a killed run in {root}")
-    return stale
+    """Remove every temporary of the kit's naming whose writer is gone (``kit.files.stale``)
+    under ``root``, files and folders, links not followed; returns them."""
+    found = []
+    for folder, dirs, names in os.walk(root):
+        found += [Path(folder) / name for name in [*dirs, *names] if stale(name)]
+        dirs[:] = [name for name in dirs if not stale(name)]
+    found = sorted(path for path in found if not path.is_symlink())
+    for path in found:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    if found:
+        say(f"run: removed {len(found)} stale temporaries of a killed run in {root}")
+    return found
 
 
 def protocol_digest(protocol: dict[str, Any]) -> str:

@@ -103,6 +103,17 @@ def docker_ready() -> None:
         pytest.skip(problem)
 
 
+def dead_pid() -> int:
+    """The pid of a process that has ended (for the kit's temporary names, whose writer
+    must be gone before another process removes them)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(proc.stdout)
+
+
 def job(**fields: object) -> dict[str, object]:
     """A job over the ``workdir`` fixture's files, with overrides."""
     return {"id": "j", "model": "convnet.onnx", "inputs": "images.npz", "output": "out.npz",

@@ -19,7 +19,7 @@ from kit.errors import KitError, RunFolderError, RunLocked
 from kit.paths import ROOT
 from kit.runfolder import hashed_files
 from kit.runlock import check_protocol, hold, protocol_digest, remove_temporaries
-from tests.conftest import tiny_protocol
+from tests.conftest import dead_pid, tiny_protocol
 
 
 def kit_command(*args: str) -> list[str]:
@@ -119,21 +119,28 @@ def test_a_held_folder_is_refused_in_process_too_and_released_after(tmp_path: Pa
 
 def test_stale_temporaries_go_when_the_folder_is_taken_and_results_stay(
         tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    stale = [run / "infer/cand/resnet20/clean/.plain-rot10-bilinear.npz.k2j4x_9a.tmp",
-             run / "fetch/models/.resnet20.onnx.tmp", run / ".manifest.json.abc123.tmp"]
+    """A temporary whose writer is gone goes at the first hold; a live writer's (another
+    run's, this process's) stays, and so does every ``.tmp`` of another name."""
+    run, dead = tmp_path / "run", dead_pid()
+    stale = [run / f"infer/cand/resnet20/clean/.plain-rot10-bilinear.npz.kit{dead}-k2j4x_9a.tmp",
+             run / f"fetch/models/.resnet20.onnx.kit{dead}-abcdefgh.tmp",
+             run / f".manifest.json.kit{dead}-abc12345.tmp"]
     kept = run / "infer/cand/resnet20/clean/plain-orig.npz"
-    for path in [*stale, kept]:
+    users = [run / ".chapter1.tex.tmp", run / "infer/.out.npz.abcd1234.tmp"]
+    for path in [*stale, kept, *users]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"partial")
-    assert hashed_files(run) == [kept]
+    folder = run / f"fetch/.models.kit{dead}-zzzzzzzz.old.tmp"  # a folder moved aside
+    (folder / "inner").mkdir(parents=True)
+    assert hashed_files(run) == sorted([kept, *users])
     with hold(run):
-        assert not any(path.exists() for path in stale)
-        live = run / "infer/.plain-orig.npz.live.tmp"
+        assert not any(path.exists() for path in [*stale, folder])
+        assert all(path.read_bytes() == b"partial" for path in users)
+        live = run / f"infer/.plain-orig.npz.kit{os.getpid()}-livelive.tmp"
         live.write_bytes(b"being written")
         with hold(run):  # a nested hold does not touch this process's own writers
             assert live.exists()
-        assert remove_temporaries(run) == [live]
+        assert remove_temporaries(run) == []  # its writer (this process) still runs
     assert kept.read_bytes() == b"partial"
 
 
@@ -158,20 +165,23 @@ def test_a_user_tmp_file_stays_and_a_failed_take_leaves_the_folder_as_it_was(
 
 def test_only_the_kits_temporary_names_are_removed_and_links_are_not_followed(
         tmp_path: Path) -> None:
-    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run, elsewhere, dead = tmp_path / "run", tmp_path / "elsewhere", dead_pid()
     elsewhere.mkdir()
-    (elsewhere / ".x.npz.abcd1234.tmp").write_text("not in the run")
+    (elsewhere / f".x.npz.kit{dead}-abcd1234.tmp").write_text("not in the run")
     run.mkdir()
     (run / "linked").symlink_to(elsewhere)
-    (run / ".out.npz.tmp").symlink_to(elsewhere / ".x.npz.abcd1234.tmp")
-    ours = run / "infer" / ".out.npz.k2j4x_9a.tmp"
+    (run / f".out.npz.kit{dead}-abcd1234.tmp").symlink_to(
+        elsewhere / f".x.npz.kit{dead}-abcd1234.tmp")
+    ours = run / "infer" / f".out.npz.kit{dead}-k2j4x_9a.tmp"
     ours.parent.mkdir()
     ours.write_text("partial")
     (run / "infer" / "a.tmp").write_text("the user's")
+    (run / "infer" / ".out.npz.k2j4x_9a.tmp").write_text("the user's: no writer's pid")
     assert remove_temporaries(run) == [ours]
-    assert (elsewhere / ".x.npz.abcd1234.tmp").exists()
-    assert (run / ".out.npz.tmp").is_symlink()
+    assert (elsewhere / f".x.npz.kit{dead}-abcd1234.tmp").exists()
+    assert (run / f".out.npz.kit{dead}-abcd1234.tmp").is_symlink()
     assert (run / "infer" / "a.tmp").exists()
+    assert (run / "infer" / ".out.npz.k2j4x_9a.tmp").exists()
 
 
 def test_a_failed_command_that_wrote_a_result_keeps_the_take(tmp_path: Path) -> None:

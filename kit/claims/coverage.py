@@ -22,7 +22,8 @@ from typing import Any
 import kit
 from kit.drift import assets
 from kit.errors import KitError
-from kit.files import canonical_json, plain_files, read_json, sha256, write_atomic
+from kit.claims.journal import JOURNAL, held
+from kit.files import TEMPORARY, canonical_json, plain_files, read_json, sha256, write_atomic
 from kit.paths import ROOT
 from kit.schema import problems as schema_problems
 
@@ -34,6 +35,8 @@ MANIFESTS = (ASSETS_MANIFEST, EVIDENCE_MANIFEST, LOCKS_MANIFEST)
 COVERED = ("claims", "manifests")
 EXEMPT = ("claims/README.md", "manifests/README.md")
 RESTORE = "restore it from git"
+LEFT = ("left by a kit command that runs or was killed: when none runs, `python -m kit ship` "
+        "finishes or rolls back a killed ship and removes its temporaries")
 UNLINK = (" and ".join(f"{top}/" for top in COVERED) + " must hold the files themselves: "
           f"replace the link with what it points to, or {RESTORE}")
 
@@ -88,33 +91,30 @@ def lock_files(root: Path) -> list[Path]:
 LISTED = {EVIDENCE_MANIFEST: evidence_files, LOCKS_MANIFEST: lock_files}
 
 
-# write_atomic's and ship's names: ``.NAME.<8 of [a-z0-9_]>.tmp`` (and ``.old.tmp``).
-KIT_TEMPORARY = re.compile(r"\..+\.[a-z0-9_]{8}(\.old)?\.tmp")
-
-
-def leftovers(root: Path) -> list[Path]:
-    """Every temporary a killed kit command left under ``claims/`` or ``manifests/``: a
-    name only the kit's writers make (``tempfile``'s eight random characters between the
-    target's name and ``.tmp``, ``KIT_TEMPORARY``); never evidence."""
-    found = []
+def leftovers(root: Path, besides: Path | None = None) -> list[Path]:
+    """Every temporary a kit command left under ``claims/`` or ``manifests/`` (but
+    ``besides``, the caller's own): a name only the kit's writers make
+    (``kit.files.TEMPORARY``), and a ship's journal unless this process holds it; never
+    evidence."""
+    found = [root / JOURNAL] if (root / JOURNAL).exists() and not held(root) else []
     for top in COVERED:
         base = root / top
         for folder, dirs, files in os.walk(base) if base.is_dir() else []:
             found += [Path(folder) / name for name in sorted([*dirs, *files])
-                      if KIT_TEMPORARY.fullmatch(name)]
-            dirs[:] = [d for d in dirs if not KIT_TEMPORARY.fullmatch(d)]
-    return sorted(found)
+                      if TEMPORARY.fullmatch(name)]
+            dirs[:] = [d for d in dirs if not TEMPORARY.fullmatch(d)]
+    return sorted(path for path in found if path != besides)
 
 
-def refuse_leftovers(root: Path) -> None:
-    """A KitError naming the first temporary a killed kit command left under ``root``'s
-    covered folders: a ship refuses to start, and the manifests never list it."""
-    left = leftovers(root)
+def refuse_leftovers(root: Path, besides: Path | None = None) -> None:
+    """A KitError naming the first temporary another kit command left under ``root``'s
+    covered folders (one that still runs, or a killed one's the next ship did not
+    recover): the manifests never list it."""
+    left = leftovers(root, besides)
     if left:
         more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
-        raise KitError(f"{left[0]}{more}: a temporary a killed kit command left; it is not "
-                       "evidence and the manifests will not list it: remove it (the kit "
-                       "made it), then run the command again")
+        raise KitError(f"{left[0]}{more}: {LEFT}; it is not evidence and the manifests will "
+                       "not list it")
 
 
 def write_manifests(root: Path = ROOT) -> None:
@@ -140,13 +140,12 @@ def check_manifests(root: Path) -> list[str]:
 def coverage_problems(root: Path) -> list[str]:
     """Symbolic links and other entries that are no plain file under ``claims/`` and
     ``manifests/``, and any file under ``manifests/`` that is not one of the kit's."""
-    problems = [f"{path}: a temporary a killed kit command left; remove it"
-                for path in leftovers(root)]
+    problems = [f"{path}: {LEFT}" for path in leftovers(root)]
     for top in COVERED:
         problems += plain_files(root / top, UNLINK)[1]
         problems += [f"{folder}: an empty folder, which no manifest lists; remove it"
                      for folder in _empty_folders(root / top)]
-    known = {m.as_posix() for m in MANIFESTS} | set(EXEMPT)
+    known = {m.as_posix() for m in MANIFESTS} | set(EXEMPT) | {JOURNAL.as_posix()}
     names = ", ".join(m.name for m in MANIFESTS)
     found = plain_files(root / "manifests")[0]
     problems += [f"{path}: not one of the kit's manifests ({names}); remove it"

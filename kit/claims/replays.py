@@ -57,7 +57,9 @@ def ship_record(source: Path, root: Path = ROOT) -> list[Path]:
     """Add a replay record to the evidence under ``root`` (module docstring); returns the
     files written."""
     from kit.claims.coverage import refuse_leftovers, write_manifests
+    from kit.claims.journal import recover
 
+    recover(root, write_manifests)  # a killed ship's, or a killed record's, remains first
     refuse_leftovers(root)
     record = read_json(source, "give the replay-record.json that reproduce-all wrote")
     found = parts(record, source)

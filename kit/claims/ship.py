@@ -8,22 +8,23 @@ substrate in ``fetch.json``, the table paths in ``score.json``, the evidence fil
 (``runfolder.plain_name``) and resolve inside the run folder (``runfolder.inside``), and
 the target must resolve inside ``claims/``, before anything is read or written: a record
 that names ``../../victim`` is a ``kit: error`` naming the file and the field. The copy is
-built in a fresh hidden sibling (``.<substrate>.<random>.tmp``), the old target moved to
+built in a fresh hidden sibling (the kit's temporary name), the old target moved to
 another and removed only once the new one is in place; a failed copy removes its own
-staging folder and nothing else.
+staging folder and nothing else. A journal (``kit.claims.journal``) makes a ship killed at
+any moment finish or roll back on the next call.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from kit.claims.coverage import refuse_leftovers, write_manifests
 from kit.errors import FileFormatError, KitError
-from kit.files import read_json, replace_folder
+from kit.claims import journal
+from kit.files import read_json
 from kit.paths import ROOT
 from kit.runfolder import (
     MACHINE,
@@ -133,7 +134,6 @@ def _ship_files(run: Path, root: Path, where: tuple[str, str], names: list[str],
     ``root/claims/<where[0]>/evidence/<where[1]>``: every name checked and every file
     found before the staging folder is made, the old target replaced only when the new one
     is complete."""
-    refuse_leftovers(root)  # before anything is written: a killed ship's remains first
     claims = root / "claims"
     target = claims / where[0] / "evidence" / where[1]
     copies = [(inside(run, name, source, "a listed file"), name) for name in names]
@@ -143,22 +143,23 @@ def _ship_files(run: Path, root: Path, where: tuple[str, str], names: list[str],
         if not path.is_file():
             raise KitError(f"{path}: missing; run every stage before shipping")
     parent = target.parent
-    for folder in (parent.parent, parent, target):
+    for folder in (claims, parent.parent, parent, target, root / "manifests"):
         if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
             raise KitError(f"{folder}: not a folder of the checkout (a link or a file); "
                            "ship writes only real folders under claims/: move it away")
     if claims.resolve() not in parent.resolve().parents:
         raise KitError(f"{parent}: resolves outside {claims}; ship writes only under it")
     parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    staging = journal.begin(root, target, write_manifests)  # a killed ship's remains first
     try:
+        refuse_leftovers(root, besides=staging)  # a live writer's temporaries: refused
         for path, name in copies:
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, staging / name)
         os.chmod(staging, 0o755)
-        replace_folder(staging, target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    write_manifests(root)
+    except BaseException:
+        journal.abandon(root)
+        raise
+    journal.staged(root, staging)
+    journal.finish(root, write_manifests)
     return target

@@ -12,11 +12,14 @@ that the graph holds one per BatchNorm module.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kit.errors import KitError
+from kit.files import temporary_prefix
 
 if TYPE_CHECKING:
     import torch
@@ -41,23 +44,30 @@ def export_onnx(model: torch.nn.Module, path: Path, input_shape: tuple[int, ...]
         isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
     example = torch.zeros((1, *input_shape[1:]), dtype=torch.float32)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with warnings.catch_warnings():
-        # The TorchScript exporter announces its deprecation on every call.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        torch.onnx.export(model, (example,), str(tmp), dynamo=False, opset_version=opset,
-                          **mode,
-                          input_names=["input"], output_names=["logits"],
-                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-                          do_constant_folding=True)
-    graph = onnx.load(str(tmp))
-    onnx.checker.check_model(graph)
-    kept = [node.op_type for node in graph.graph.node if node.op_type == "BatchNormalization"]
-    if len(kept) != expected:
-        tmp.unlink()
-        raise KitError(f"{path}: export ({batchnorm} BN) kept {len(kept)} "
-                       f"BatchNormalization node(s), not {expected}")
+    fd, name = tempfile.mkstemp(prefix=temporary_prefix(path.name), suffix=".tmp",
+                                dir=path.parent)  # the kit's one temporary name
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        with warnings.catch_warnings():
+            # The TorchScript exporter announces its deprecation on every call.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", UserWarning)
+            torch.onnx.export(model, (example,), str(tmp), dynamo=False, opset_version=opset,
+                              **mode,
+                              input_names=["input"], output_names=["logits"],
+                              dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
+                              do_constant_folding=True)
+        graph = onnx.load(str(tmp))
+        onnx.checker.check_model(graph)
+        kept = [node.op_type for node in graph.graph.node if node.op_type == "BatchNormalization"]
+        if len(kept) != expected:
+            raise KitError(f"{path}: export ({batchnorm} BN) kept {len(kept)} "
+                           f"BatchNormalization node(s), not {expected}")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.chmod(tmp, 0o644)  # as a file the exporter made itself (mkstemp's is 0600)
     tmp.replace(path)
     return path

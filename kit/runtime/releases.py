@@ -29,6 +29,7 @@ from kit.runtime.runtimes import (
     release_runtime,
 )
 from kit.runtime.venvs import failure_tail
+from kit.runtime.worker import write_atomic
 
 COMPILE = ["-m", "piptools", "compile", "--quiet", "--generate-hashes", "--allow-unsafe",
            "--strip-extras", "--no-header", "--resolver=backtracking"]
@@ -69,11 +70,9 @@ def write_lock(release: str, python: str = sys.executable) -> Path:
             raise EnvironmentFailed(f"{source}: pip-compile could not lock onnxruntime "
                                     f"{release} on this Python (exit {proc.returncode}):\n"
                                     + failure_tail(proc))
-        tmp = lock.with_name(f".{lock.name}.tmp")
         # pip-compile names the constraints file in its "via" lines: name ref.lock, not
         # this temporary folder, so that locking twice writes the same bytes.
-        tmp.write_text(partial.read_text().replace(str(constraints), "ref.lock"))
-        tmp.replace(lock)
+        write_atomic(lock, partial.read_text().replace(str(constraints), "ref.lock").encode())
     release_runtime(release)  # the written lock pins exactly this onnxruntime
     return lock
 

@@ -17,16 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-
-def alive(pid: int) -> bool:
-    """Whether a process with this pid runs on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
+from kit.runtime.worker import alive
 
 
 def owner(path: Path, prefix: str) -> int | None:

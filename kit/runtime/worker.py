@@ -44,6 +44,7 @@ import json
 import lzma
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -57,6 +58,12 @@ from typing import Any
 import numpy as np
 
 Array = np.ndarray[Any, Any]  # any dtype, any shape
+
+# The kit's one temporary name, for files and folders: ``.NAME.kit<pid>-<8 random>.tmp``
+# (``.old.tmp`` for a folder moved aside), made beside its target and renamed over it.
+# Only the kit makes such names, and the pid says whether the writer still runs: a
+# temporary is removed by another process only once its writer is gone.
+TEMPORARY = re.compile(r"\.(?P<name>.+)\.kit(?P<pid>[1-9][0-9]{0,9})-[a-z0-9_]{8}(\.old)?\.tmp")
 
 # Every level any release names; which a release offers is its own enum's (offered_levels).
 GRAPH_LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_layout", "enable_all")
@@ -123,10 +130,34 @@ def npz_bytes(arrays: dict[str, Array]) -> bytes:
     return buffer.getvalue()
 
 
+def temporary_prefix(name: str) -> str:
+    """The start of this process's temporary name for ``name`` (``TEMPORARY``), for
+    ``tempfile``'s ``prefix``, with ``suffix=".tmp"`` (or ``".old.tmp"``)."""
+    return f".{name}.kit{os.getpid()}-"
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def stale(name: str) -> bool:
+    """Whether ``name`` is one of the kit's temporaries whose writer is gone."""
+    found = TEMPORARY.fullmatch(name)
+    return found is not None and not alive(int(found["pid"]))
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write bytes to a temporary name beside ``path`` and rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), suffix=".tmp",
+                               dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

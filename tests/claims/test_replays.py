@@ -6,17 +6,19 @@ matrix of CPUs; a record that is not one, or is filed under another machine, is 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from kit.claims.coverage import check_manifests
+from kit.claims.coverage import LEFT, check_manifests
 from kit.claims.fresh import RECORD, verify_fresh
 from kit.claims.page import page
 from kit.claims.replays import REPLAYS, load_records, machine_id, matrix, ship_record
 from kit.errors import KitError
 from kit.paths import ROOT
+from tests.conftest import dead_pid
 
 CORPUS = "claims/corpus/evidence/kit"
 
@@ -109,19 +111,24 @@ def test_every_shipped_record_validates_and_its_verdict_is_recounted(
         load_records(checkout)[1][0]
 
 
-def test_a_killed_ships_leftover_is_never_hashed_in(checkout: Path, record: Path) -> None:
-    """A staging folder or temporary file a SIGKILLed ship left under claims/ is refused by
-    the next ship (the manifests never list it) and named by verify's checks."""
-    staging = checkout / "claims" / "drift" / "evidence" / ".digits.k1ll3d_x.tmp"
-    staging.mkdir()
-    (staging / "score.json").write_text("{}")
+def test_a_killed_commands_leftover_is_named_then_removed_and_a_live_ones_refused(
+        checkout: Path, record: Path) -> None:
+    """A staging folder a SIGKILLed ship left under claims/ is named by verify's checks and
+    never hashed in; the next ship removes it (its writer is gone). A live writer's
+    temporary is refused by name, nothing written."""
+    evidence = checkout / "claims" / "drift" / "evidence"
+    killed = evidence / f".digits.kit{dead_pid()}-k1ll3d_x.tmp"
+    killed.mkdir()
+    (killed / "score.json").write_text("{}")
+    assert f"{killed}: {LEFT}" in check_manifests(checkout)
+    live = evidence / f".digits.kit{os.getpid()}-l1v3abcd.tmp"
+    live.mkdir()
     before = (checkout / "manifests" / "evidence.json").read_bytes()
-    with pytest.raises(KitError, match=r"\.digits\.k1ll3d_x\.tmp: a temporary a killed kit"):
+    with pytest.raises(KitError, match=r"\.digits\.kit[0-9]+-l1v3abcd\.tmp: left by a kit"):
         ship_record(record, checkout)
     assert (checkout / "manifests" / "evidence.json").read_bytes() == before
     assert not (checkout / REPLAYS).exists()  # refused before anything was written
-    assert f"{staging}: a temporary a killed kit command left; remove it" in \
-        check_manifests(checkout)
-    shutil.rmtree(staging)
+    assert not killed.exists()  # the killed writer's, removed
+    live.rmdir()
     ship_record(record, checkout)
     assert check_manifests(checkout) == []
