@@ -214,6 +214,18 @@ def _ship(args: argparse.Namespace) -> int:
     from kit.runfolder import default_run
     from kit.runlock import hold
 
+    if args.into is not None:  # a folder of the kit's, or new or empty: never a user's
+        from kit.owned import claim
+
+        claim(args.into, "ship --into")
+    if args.recover:
+        from kit.claims.coverage import write_manifests
+        from kit.claims.journal import recover
+
+        if args.run is not None or args.replay_record is not None:
+            raise KitError("ship: --recover takes no --run or --replay-record")
+        print(f"ship: {recover(args.into or ROOT, write_manifests) or 'nothing to recover'}")
+        return 0
     if args.replay_record is not None:
         from kit.claims.replays import ship_record
 

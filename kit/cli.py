@@ -87,6 +87,19 @@ def add_scale_options(parser: argparse.ArgumentParser) -> None:
                              "the run folder at the same path")
 
 
+def _ship_arguments(ship: argparse.ArgumentParser) -> None:
+    ship.add_argument("--run", type=Path, help="run folder (default runs/digits)")
+    ship.add_argument("--into", type=Path, metavar="DIR",
+                      help="ship into DIR/claims/... instead of the checkout (for verify "
+                           "--evidence DIR); DIR is new, empty or one the kit made")
+    ship.add_argument("--replay-record", type=Path, metavar="FILE",
+                      help="instead of a run, add a replay record (the replay-record.json "
+                           "reproduce-all writes) to the evidence: claims/replays/<machine>/")
+    ship.add_argument("--recover", action="store_true",
+                      help="only finish or roll back a ship a killed process left (every "
+                           "ship does this first), and remove its temporaries")
+
+
 def _add_claims_commands(add: Add) -> None:
     verify = add("verify", help="check every claim offline from shipped evidence")
     verify.add_argument("--json", type=Path, help="also write the outcome as JSON here")
@@ -133,14 +146,7 @@ def _add_claims_commands(add: Add) -> None:
                         help="replay the small configuration "
                              "(kit.drift.protocol.write_small_protocol) "
                              "in runs/digits-small, running it first if it is not there")
-    ship = add("ship", help="copy a finished run's evidence into claims/")
-    ship.add_argument("--run", type=Path, help="run folder (default runs/digits)")
-    ship.add_argument("--into", type=Path, metavar="DIR",
-                      help="ship into DIR/claims/... instead of the checkout (for verify "
-                           "--evidence DIR)")
-    ship.add_argument("--replay-record", type=Path, metavar="FILE",
-                      help="instead of a run, add a replay record (the replay-record.json "
-                           "reproduce-all writes) to the evidence: claims/replays/<machine>/")
+    _ship_arguments(add("ship", help="copy a finished run's evidence into claims/"))
     reports = add("reports", help="render every study's report from the shipped evidence "
                                   "under claims/")
     reports.add_argument("--out", type=Path, help="report folder (default runs/reports)")

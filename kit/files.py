@@ -49,6 +49,7 @@ import yaml
 
 from kit.errors import FileFormatError, KitError
 from kit.runtime.worker import TEMPORARY as TEMPORARY
+from kit.runtime.worker import alive as alive
 from kit.runtime.worker import canonical_json as canonical_json
 from kit.runtime.worker import npz_bytes as npz_bytes
 from kit.runtime.worker import stale as stale

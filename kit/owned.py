@@ -25,32 +25,50 @@ from pathlib import Path
 from typing import Any
 
 from kit.errors import KitError
-from kit.files import canonical_json, read_json, sha256, write_atomic
+from kit.files import (
+    TEMPORARY,
+    canonical_json,
+    read_json,
+    sha256,
+    stale,
+    temporary_prefix,
+    write_atomic,
+)
 
 MARK = ".kit-written.json"
-STAGING_PREFIX = ".kit-staging."
+STAGING = "kit-staging"  # the staging folder's temporary name: .kit-staging.kit<pid>-....tmp
 
 
 def written(out: Path) -> dict[str, str]:
     """What the kit wrote into ``out`` (relative path -> sha256), from its mark; an empty
     mapping for a new or empty folder; a KitError naming a folder the kit did not write."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise KitError(f"{out}: not a folder; name another folder with --out")
+        raise KitError(f"{out}: not a folder; name another folder")
     if not out.exists():
         return {}
     mark = out / MARK
     if not mark.is_file():
-        foreign = sorted(p.name for p in out.iterdir() if not p.name.startswith(STAGING_PREFIX))
+        foreign = sorted(p.name for p in out.iterdir() if not TEMPORARY.fullmatch(p.name))
         if foreign:
             raise KitError(f"{out}: holds files the kit did not write ({foreign[0]}"
                            f"{' and more' if len(foreign) > 1 else ''}); name an empty or new "
-                           "folder with --out")
+                           "folder")
         return {}
-    record = read_json(mark, "delete the folder or name another one with --out")
+    record = read_json(mark, "delete the folder or name another one")
     files = record.get("files") if isinstance(record, dict) else None
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         raise KitError(f"{mark}: not a record of what the kit wrote; name another folder")
     return files
+
+
+def claim(out: Path, command: str) -> Path:
+    """``out`` as a folder of the kit's for a command that keeps its own structure there
+    (``ship --into``): made and marked when new or empty, taken when the kit marked it,
+    refused by name otherwise (``written``'s rule)."""
+    if not written(out) and not (out / MARK).is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        write_atomic(out / MARK, canonical_json({"command": command, "files": {}}))
+    return out
 
 
 def temporary(out: Path) -> Path:
@@ -58,7 +76,10 @@ def temporary(out: Path) -> Path:
     ``publish``; checks ``out`` first, so a foreign folder is refused before any work."""
     written(out)
     out.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=".tmp", dir=out))
+    for path in out.iterdir():  # a killed command's staging folder, its writer gone
+        if stale(path.name) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+    return Path(tempfile.mkdtemp(prefix=temporary_prefix(STAGING), suffix=".tmp", dir=out))
 
 
 @contextmanager
@@ -108,7 +129,7 @@ def _refuse_foreign(out: Path, before: dict[str, str], new: dict[str, Path]) -> 
             continue
         if name not in before:
             raise KitError(f"{target}: a file the kit did not write stands where it would "
-                           "write; move it, or name another folder with --out")
+                           "write; move it, or name another folder")
         if target.is_symlink() or not target.is_file() or sha256(target) != before[name]:
             raise KitError(f"{target}: changed since the kit wrote it; move it, or name "
-                           "another folder with --out")
+                           "another folder")

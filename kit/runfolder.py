@@ -16,8 +16,9 @@ command holding the folder), ``<run>/run.json`` (the sha256 of the protocol the 
 started with; ``kit/runlock.py``), ``<run>/training-cache.json`` (the digits
 models' training-cache keys, which hash the training code, and whether each came from the
 cache), temporaries (``.NAME.kit<pid>-<random>.tmp``, the kit's one temporary name,
-``kit.files.TEMPORARY``; removed when a command takes the folder and their writer is gone), ``<run>/.kit-replay``
-(the mark of a replay folder the kit made, ``kit/drift/replay.py``), ``<run>/steps/`` (the
+``kit.files.TEMPORARY``; removed when a command takes the folder and their writer is
+gone), ``<run>/.kit-replay`` (the mark of a replay folder the kit made,
+``kit/drift/replay.py``), ``<run>/steps/`` (the
 SciML pipeline's per-step state) and ``<run>/report/`` (tables, figures and the HTML page,
 which show the timings and the machine), so a replay compares results only.
 

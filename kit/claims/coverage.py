@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import kit
+from kit.claims.journal import JOURNAL, held
 from kit.drift import assets
 from kit.errors import KitError
-from kit.claims.journal import JOURNAL, held
 from kit.files import TEMPORARY, canonical_json, plain_files, read_json, sha256, write_atomic
 from kit.paths import ROOT
 from kit.schema import problems as schema_problems

@@ -31,8 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from kit.errors import KitError
-from kit.files import TEMPORARY, canonical_json, read_json, stale, temporary_prefix, write_atomic
-from kit.runtime.worker import alive
+from kit.files import (
+    TEMPORARY,
+    alive,
+    canonical_json,
+    read_json,
+    stale,
+    temporary_prefix,
+    write_atomic,
+)
 
 JOURNAL = Path("manifests") / ".ship-journal.json"
 PHASES = ("staging", "staged")
@@ -119,6 +126,9 @@ def recover(root: Path, write_manifests: Manifests) -> str | None:
 
 def _forward(root: Path, record: dict[str, Any], write_manifests: Manifests) -> None:
     """Every step of the swap that is not yet taken, in order; each can be taken again."""
+    if record["pid"] != os.getpid():  # take over a killed ship's journal
+        record = {**record, "pid": os.getpid()}
+        _write(root, record)
     staging, target = root / record["staging"], root / record["target"]
     old = staging.with_name(staging.name[:-len(".tmp")] + ".old.tmp")
     if staging.is_dir():
@@ -176,7 +186,7 @@ def _read(root: Path) -> dict[str, Any]:
           and TEMPORARY.fullmatch(Path(record["staging"]).name) is not None)
     if not ok:
         raise KitError(f"{journal}: {fix}")
-    return record
+    return dict(record)
 
 
 def _inside(name: Any) -> bool:

@@ -21,9 +21,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from kit.claims import journal
 from kit.claims.coverage import refuse_leftovers, write_manifests
 from kit.errors import FileFormatError, KitError
-from kit.claims import journal
 from kit.files import read_json
 from kit.paths import ROOT
 from kit.runfolder import (

@@ -1,0 +1,70 @@
+"""The kill harness's driver: run one kit command and SIGKILL it at its K-th write.
+
+    python tests/kill_at.py K COMMAND ARGS...   (K = 0: never; prints the count at exit)
+
+Every primitive that changes the file system (``open`` or ``os.open`` for writing, ``os.replace``,
+``os.rename``, ``os.link``, ``os.unlink``, ``os.rmdir``, ``os.mkdir``, ``os.chmod``) counts
+one; at the K-th the process sends itself SIGKILL before the call runs, so no ``finally``
+and no handler runs, as when a user or the OOM killer stops it. K swept from 1 to the
+count of an uninterrupted run kills the command at every moment it writes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def arm(kill_at: int) -> list[int]:
+    """Wrap the primitives; returns the counter (one element)."""
+    count = [0]
+
+    def counted(name: str, writes: Callable[..., bool]) -> None:
+        real = getattr(os, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if writes(*args, **kwargs):
+                count[0] += 1
+                if count[0] == kill_at:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return real(*args, **kwargs)
+
+        setattr(os, name, wrapper)
+
+    always: Callable[..., bool] = lambda *args, **kwargs: True  # noqa: E731
+    counted("open", lambda path, flags, *args, **kwargs: bool(flags & WRITES))
+    for name in ("replace", "rename", "link", "unlink", "rmdir", "mkdir", "chmod"):
+        counted(name, always)
+    real_open = io.open
+
+    def opened(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if any(c in mode for c in "wax+"):
+            count[0] += 1
+            if count[0] == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return real_open(file, mode, *args, **kwargs)
+
+    io.open = builtins.open = opened  # type: ignore[assignment]
+    return count
+
+
+def main() -> int:
+    kill_at = int(sys.argv[1])
+    count = arm(kill_at)
+    from kit.__main__ import main as kit_main
+
+    try:
+        return kit_main(sys.argv[2:])
+    finally:
+        print(f"kill_at: {count[0]} writes", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
