@@ -34,6 +34,7 @@ MANIFESTS = (ASSETS_MANIFEST, EVIDENCE_MANIFEST, LOCKS_MANIFEST)
 COVERED = ("claims", "manifests")
 EXEMPT = ("claims/README.md", "manifests/README.md")
 RESTORE = "restore it from git"
+UNLINK_ANY = "replace the link with the file itself, or restore it from git"
 LEFT = ("left by a kit command that runs or was killed: when none runs, `python -m kit ship` "
         "finishes or rolls back a killed ship and removes its temporaries")
 UNLINK = (" and ".join(f"{top}/" for top in COVERED) + " must hold the files themselves: "
@@ -144,6 +145,7 @@ def coverage_problems(root: Path) -> list[str]:
         problems += plain_files(root / top, UNLINK)[1]
         problems += [f"{folder}: an empty folder, which no manifest lists; remove it"
                      for folder in _empty_folders(root / top)]
+    problems += scope_links(root)
     known = {m.as_posix() for m in MANIFESTS} | set(EXEMPT) | {JOURNAL.as_posix()}
     names = ", ".join(m.name for m in MANIFESTS)
     found = plain_files(root / "manifests")[0]
@@ -224,6 +226,18 @@ def root_digest(root: Path) -> str:
              for pattern in ROOT_SCOPE for p in root.glob(pattern)
              if p.is_file() and relative(p, root) not in EXEMPT}
     return _digest(files)
+
+
+def scope_links(root: Path) -> list[str]:
+    """A problem naming every link the roots would read through outside ``claims/`` and
+    ``manifests/`` (``coverage_problems`` names those): under ``kit/`` (its code, schemas,
+    cards and protocols) and ``locks/``, and ``pyproject.toml``, even a link whose target
+    holds the same bytes (the next edit there would move no digest here)."""
+    problems = [p for top in ("kit", "locks") if (root / top).exists() or (root / top).is_symlink()
+                for p in plain_files(root / top, UNLINK_ANY)[1]]
+    if (root / "pyproject.toml").is_symlink():
+        problems.append(f"{root / 'pyproject.toml'}: a symbolic link; {UNLINK_ANY}")
+    return problems
 
 
 def code_files(package: Path | None = None) -> dict[str, Path]:

@@ -66,6 +66,9 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
     if not (fresh / "claims").is_dir():
         raise KitError(f"{fresh}: no claims/ folder; write one with python -m kit ship "
                        f"--run RUN --into {fresh}")
+    links = plain_files(fresh / "claims", "ship the run again into a new folder")[1]
+    if links:  # never followed out of the fresh folder
+        raise KitError(links[0] + (f" (and {len(links) - 1} more)" if len(links) > 1 else ""))
     bounds = load_bounds()
     chosen = set(retrained)
     studies: dict[str, Any] = {}

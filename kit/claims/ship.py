@@ -137,8 +137,9 @@ def _ship_files(run: Path, root: Path, where: tuple[str, str], names: list[str],
     claims = root / "claims"
     target = claims / where[0] / "evidence" / where[1]
     copies = [(inside(run, name, source, "a listed file"), name) for name in names]
-    copies += [(run / MANIFEST, SHIPPED_MANIFEST)]
-    copies += [(run / name, name) for name in (REPLAY, MACHINE) if (run / name).is_file()]
+    copies += [(inside(run, MANIFEST, run, "the run manifest"), SHIPPED_MANIFEST)]
+    copies += [(inside(run, name, run, "a run record"), name) for name in (REPLAY, MACHINE)
+               if (run / name).is_file() or (run / name).is_symlink()]  # no link followed out
     for path, _ in copies:
         if not path.is_file():
             raise KitError(f"{path}: missing; run every stage before shipping")

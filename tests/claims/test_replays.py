@@ -132,3 +132,32 @@ def test_a_killed_commands_leftover_is_named_then_removed_and_a_live_ones_refuse
     live.rmdir()
     ship_record(record, checkout)
     assert check_manifests(checkout) == []
+
+
+def test_fresh_evidence_holding_a_link_is_refused_before_any_file_is_read(
+        tmp_path: Path) -> None:
+    """``verify --evidence DIR`` never follows a link out of DIR, even to the same bytes."""
+    fresh = tmp_path / "fresh"
+    shutil.copytree(ROOT / CORPUS, fresh / CORPUS)
+    victim = sorted((fresh / CORPUS).rglob("*.json"))[0]
+    outside = tmp_path / "outside.json"
+    outside.write_bytes(victim.read_bytes())
+    victim.unlink()
+    victim.symlink_to(outside)
+    with pytest.raises(KitError, match=rf"{victim.name}: a symbolic link \(to {outside}\)"):
+        verify_fresh(fresh, out=tmp_path / "page.html", models={})
+    assert not (fresh / RECORD).exists()
+
+
+def test_a_schema_replaced_by_a_same_content_link_is_a_failed_check(checkout: Path,
+                                                                   tmp_path: Path) -> None:
+    schemas = checkout / "kit" / "schemas"
+    schemas.mkdir(parents=True)
+    outside = tmp_path / "claim_ledger.schema.json"
+    outside.write_bytes((ROOT / "kit" / "schemas" / "claim_ledger.schema.json").read_bytes())
+    (schemas / "claim_ledger.schema.json").symlink_to(outside)
+    (checkout / "locks").mkdir()
+    (checkout / "locks" / "ref.lock").symlink_to(ROOT / "locks" / "ref.lock")
+    found = [p for p in check_manifests(checkout) if "symbolic link" in p]
+    assert [p.split(":")[0] for p in found] == [str(schemas / "claim_ledger.schema.json"),
+                                                 str(checkout / "locks" / "ref.lock")]

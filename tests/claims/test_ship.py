@@ -80,6 +80,17 @@ def test_a_link_out_of_the_run_is_refused(tmp_path: Path) -> None:
     assert listing(root / "claims") == ["drift", "drift/evidence"]
 
 
+@pytest.mark.parametrize("record", ["manifest.json", "machine.json", "replay.json"])
+def test_a_run_record_linked_out_of_the_run_is_refused(tmp_path: Path, record: str) -> None:
+    """Every file ship copies is checked, not only those the records list."""
+    run, root = crafted(tmp_path, "digits", "score/t.csv")
+    (run / record).unlink(missing_ok=True)
+    (run / record).symlink_to(tmp_path / "outside.txt")
+    with pytest.raises(KitError, match=rf"a run record|the run manifest '{record}' leads out"):
+        ship(run, root=root)
+    assert listing(root / "claims") == ["drift", "drift/evidence"]
+
+
 def test_a_good_ship_replaces_its_target_and_nothing_beside_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run, root = crafted(tmp_path, "digits", "score/t.csv")
