@@ -192,3 +192,23 @@ def test_a_key_written_twice_in_one_mapping_is_refused_naming_both_lines(tmp_pat
         files.read_yaml(path)
     path.write_text("seeds:\n  split: 1\nother:\n  split: 3\n")  # one per mapping: fine
     assert files.read_yaml(path) == {"seeds": {"split": 1}, "other": {"split": 3}}
+
+
+def test_write_atomic_keeps_a_replaced_files_mode_and_names_its_temporary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's 0600 output stays 0600 when the kit replaces it; a new file is 0644; the
+    temporary carries the kit's one name (``.NAME.kit<pid>-<random>.tmp``) beside it."""
+    from kit.files import TEMPORARY, write_atomic
+
+    mine = tmp_path / "out.npz"
+    mine.write_bytes(b"old")
+    os.chmod(mine, 0o600)
+    write_atomic(mine, b"new")
+    assert mine.read_bytes() == b"new" and mine.stat().st_mode & 0o7777 == 0o600
+    write_atomic(tmp_path / "fresh.json", b"{}")
+    assert (tmp_path / "fresh.json").stat().st_mode & 0o7777 == 0o644
+    seen = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: seen.append(Path(a).name) or real(a, b))
+    write_atomic(tmp_path / "x.json", b"{}")
+    assert TEMPORARY.fullmatch(seen[0]) and f".x.json.kit{os.getpid()}-" in seen[0]

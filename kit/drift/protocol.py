@@ -19,7 +19,7 @@ import yaml
 
 from kit import schema
 from kit.errors import ConfigError
-from kit.files import read_yaml
+from kit.files import read_yaml, write_atomic
 
 PROTOCOL = Path(__file__).resolve().parents[1] / "protocols" / "drift.yaml"
 SCHEMA = schema.SCHEMAS / "protocol.schema.json"
@@ -96,6 +96,6 @@ def write_small_protocol(path: Path, substrate: str = "digits", size: int | None
                                             "noise": [1e-7, 1e-5, 1e-3], "quantise": [22, 12, 6]}
     protocol["faults"]["severity_rule"]["high_step"] = 1
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(protocol))
+    write_atomic(path, yaml.safe_dump(protocol).encode())
     load_protocol(path)
     return path

@@ -184,6 +184,7 @@ def replay(run: Path | None, substrate: str | None, stages_asked: list[str] | No
     fetch takes the digits models (the first run's source). The exit code."""
     from kit.drift.protocol import PROTOCOL, load_protocol, write_small_protocol
     from kit.drift.stages.pipeline import STAGES, finished, reproduce
+    from kit.paths import cache_dir
     from kit.runfolder import Run, default_run
     from kit.runlock import hold
 
@@ -200,7 +201,8 @@ def replay(run: Path | None, substrate: str | None, stages_asked: list[str] | No
     check_target(target)  # before anything is made: a folder the kit did not make is refused
     with hold(first, create=small):
         if small:
-            protocol = write_small_protocol(first.with_name(first.name + "-protocol.yaml"))
+            # in the kit's cache, never beside the run folder (a user's file may be there)
+            protocol = write_small_protocol(cache_dir() / "protocols" / "small.yaml")
         options: dict[str, Any] = {"substrate": substrate, "backend": backend,
                                    "protocol_file": protocol, "models": models}
         if small and not finished(Run(first)):

@@ -53,3 +53,24 @@ def test_the_kits_replay_folder_is_marked_and_made_again(tmp_path: Path) -> None
     prepare(first, target, ("split", "score"), ORDER)  # the kit's own folder: emptied
     assert sorted(p.name for p in target.iterdir()) == sorted([".lock", REPLAY_MARK, "fetch"])
     assert REPLAY_MARK not in {p.name for p in hashed_files(target)}  # not a result
+
+
+def test_the_small_protocol_goes_to_the_kits_cache_never_beside_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``verify --replay --small --run D/first`` once wrote ``D/first-protocol.yaml`` over
+    a user's file of that name; the protocol now lives in the kit's cache."""
+    import kit.drift.stages.pipeline as pipeline
+
+    monkeypatch.setenv("KIT_CACHE", str(tmp_path / "cache"))
+    theirs = tmp_path / "first-protocol.yaml"
+    theirs.write_text("the user's")
+    theirs.chmod(0o600)
+
+    def stop(*args: object, **options: object) -> None:
+        raise KitError(f"stopped with {options['protocol_file']}")
+
+    monkeypatch.setattr(pipeline, "reproduce", stop)
+    assert main(["verify", "--replay", "--run", str(tmp_path / "first"), "--small"]) == 2
+    assert f"stopped with {tmp_path / 'cache'}/protocols/small.yaml" in capsys.readouterr().err
+    assert theirs.read_text() == "the user's" and theirs.stat().st_mode & 0o777 == 0o600
