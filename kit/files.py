@@ -49,6 +49,7 @@ import yaml
 
 from kit.errors import FileFormatError, KitError
 from kit.runtime.worker import TEMPORARY as TEMPORARY
+from kit.runtime.worker import JobError, npz_headers
 from kit.runtime.worker import alive as alive
 from kit.runtime.worker import canonical_json as canonical_json
 from kit.runtime.worker import npz_bytes as npz_bytes
@@ -206,16 +207,18 @@ def _check_aliases(path: Path, root: yaml.Node, allowed: bool, fix: str | None) 
 
 
 def load_npz(path: Path, fix: str | None = None) -> dict[str, Array]:
-    """Every array of the .npz archive ``path`` (no pickles, no object arrays)."""
+    """Every array of the .npz archive ``path`` (no pickles, no object arrays), once its
+    .npy headers pass the worker's checks (``kit.runtime.worker.npz_headers``: one cap on
+    the bytes an archive may declare, ``MAX_INPUT_BYTES``, shared with ``kit run``)."""
     if not path.is_file():
         raise error(path, "missing (or not a file)", fix)
+    try:  # the .npy headers first: declared sizes past the worker's cap are never allocated
+        npz_headers(path, str(path))
+    except JobError as exc:
+        raise error(path, exc.what, fix) from exc
     try:  # an open handle of our own: np.load leaks its own when the zip is damaged
-        with open(path, "rb") as handle:
-            loaded = np.load(handle, allow_pickle=False)
-            if not isinstance(loaded, np.lib.npyio.NpzFile):
-                raise error(path, "a single .npy array, not an .npz archive", fix)
-            with loaded as archive:
-                return {name: archive[name] for name in archive.files}
+        with open(path, "rb") as handle, np.load(handle, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
     except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError) as exc:
         raise error(path, f"not a readable .npz archive ({type(exc).__name__}: {exc})",
                     fix) from exc

@@ -135,7 +135,7 @@ def test_npz_archives_damaged_pickled_or_not_npz(tmp_path: Path) -> None:
         files.load_npz(damaged)
     pickled = tmp_path / "pickled.npz"
     np.savez(pickled, a=np.array([{"x": 1}], dtype=object))
-    with pytest.raises(FileFormatError, match=r"pickled\.npz: .*ValueError.*allow_pickle"):
+    with pytest.raises(FileFormatError, match=r"pickled\.npz: member 'a\.npy' holds Python"):
         files.load_npz(pickled)
     raw = tmp_path / "raw.npz"
     raw.write_bytes(b"\x80\x04not a zip at all")
@@ -144,7 +144,7 @@ def test_npz_archives_damaged_pickled_or_not_npz(tmp_path: Path) -> None:
     single = tmp_path / "single.npz"
     with open(single, "wb") as handle:
         np.save(handle, np.arange(3))
-    with pytest.raises(FileFormatError, match=r"single\.npz: a single \.npy array"):
+    with pytest.raises(FileFormatError, match=r"single\.npz: not a readable \.npz archive"):
         files.load_npz(single)
     with pytest.raises(FileFormatError, match=r"none\.npz: missing"):
         files.load_npz(tmp_path / "none.npz")
@@ -204,11 +204,31 @@ def test_write_atomic_keeps_a_replaced_files_mode_and_names_its_temporary(
     mine.write_bytes(b"old")
     os.chmod(mine, 0o600)
     write_atomic(mine, b"new")
-    assert mine.read_bytes() == b"new" and mine.stat().st_mode & 0o7777 == 0o600
+    assert mine.read_bytes() == b"new"
+    assert mine.stat().st_mode & 0o7777 == 0o600
     write_atomic(tmp_path / "fresh.json", b"{}")
     assert (tmp_path / "fresh.json").stat().st_mode & 0o7777 == 0o644
     seen = []
     real = os.replace
     monkeypatch.setattr(os, "replace", lambda a, b: seen.append(Path(a).name) or real(a, b))
     write_atomic(tmp_path / "x.json", b"{}")
-    assert TEMPORARY.fullmatch(seen[0]) and f".x.json.kit{os.getpid()}-" in seen[0]
+    assert TEMPORARY.fullmatch(seen[0])
+    assert f".x.json.kit{os.getpid()}-" in seen[0]
+
+
+def test_an_npz_declaring_a_pebibyte_is_refused_before_any_allocation(tmp_path: Path) -> None:
+    """A header that declares 2**46 rows (numpy would try to allocate 1 PiB) is refused by
+    the cap ``kit run`` applies, naming the file."""
+    import io
+    import zipfile
+
+    from kit.files import load_npz
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (2 ** 46, 4)})
+    path = tmp_path / "inputs.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("x.npy", header.getvalue() + b"\0" * 16)
+    with pytest.raises(KitError, match=rf"{path}: member 'x.npy' declares \(70368744177664, 4\)"):
+        load_npz(path)

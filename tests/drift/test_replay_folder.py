@@ -73,4 +73,5 @@ def test_the_small_protocol_goes_to_the_kits_cache_never_beside_the_run(
     monkeypatch.setattr(pipeline, "reproduce", stop)
     assert main(["verify", "--replay", "--run", str(tmp_path / "first"), "--small"]) == 2
     assert f"stopped with {tmp_path / 'cache'}/protocols/small.yaml" in capsys.readouterr().err
-    assert theirs.read_text() == "the user's" and theirs.stat().st_mode & 0o777 == 0o600
+    assert theirs.read_text() == "the user's"
+    assert theirs.stat().st_mode & 0o777 == 0o600
