@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import pytest
 
+from kit.__main__ import main
 from kit.audit.bench import bench_audit
 from kit.audit.calibrate import calibrate, scores, verdict
 from kit.audit.model import Cell, load_protocol
@@ -290,3 +291,22 @@ def test_nox_passes_the_audits_exit_status_through(tmp_path: Path) -> None:
     assert nox_audit(str(model), *touched) == 1  # a known defect affects 1.20.1
     clear = ("--screen-only", "--from", "1.28.0", "--to", "1.29.0", "--out", str(tmp_path / "b"))
     assert nox_audit(str(model), *clear) == 0
+
+
+@pytest.mark.parametrize(("record", "field"), [
+    ([], "(top)"), ({"model": "m.onnx", "wall_s": 3.0, "cells": [1]}, "'sides' is a required"),
+    ({"model": "m.onnx", "wall_s": "3", "cells": [1],
+      "sides": {"from": {"release": "1.20.1", "level": "all"},
+                "to": {"release": "1.29.0", "level": "all"}}},
+     "wall_s: '3' is not of type 'number'"),
+    ({"model": "m.onnx", "wall_s": 3.0, "cells": [1],
+      "sides": {"from": {"release": "1.20.1"}, "to": {"release": "1.29.0", "level": "all"}}},
+     "sides/from"),
+])
+def test_bench_on_an_audit_record_that_is_not_the_kits_names_the_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], record: object, field: str) -> None:
+    (tmp_path / "audit.json").write_text(json.dumps(record))
+    assert main(["bench", "--audit", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kit: error: {tmp_path / 'audit.json'}: ")
+    assert field in err

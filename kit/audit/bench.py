@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kit import schema
 from kit.audit.model import Cell
 from kit.errors import KitError
 from kit.files import read_json
@@ -35,10 +36,12 @@ def bench_audit(report: Path) -> dict[str, Any]:
     """The audit's wall time, its floor and their ratio (printed as JSON)."""
     from kit.audit.model import fixed_batch, load_model
 
-    record = read_json(report / "audit.json")
-    if not isinstance(record, dict) or "wall_s" not in record:
-        raise KitError(f"{report / 'audit.json'}: no finished audit with runtimes (a "
-                       "--screen-only audit has no time to compare)")
+    path = report / "audit.json"
+    record = read_json(path, "run the audit again into a new --out folder")
+    if isinstance(record, dict) and "wall_s" not in record and "model" in record:
+        raise KitError(f"{path}: no finished audit with runtimes (a --screen-only audit "
+                       "has no time to compare)")
+    schema.check(record, "audit_timing.schema.json", path)  # every field bench reads
     work = report / "work"
     rows = fixed_batch(load_model(work / "model.onnx")) or 64
     floor = round(sum(cell_floor(Cell(**record["sides"][side]), work, rows)
