@@ -10,8 +10,10 @@ session options, so the order and the process a batch runs in change no byte:
   processes: every connection is TLS with mutual certificates from a self-signed key made
   for this run and held in memory (``distributed.security.Security.temporary``; the worker
   processes receive it from their nannies), so another local user's client, which lacks
-  the key, fails its handshake and runs nothing;
-- ``scheduler="tcp://HOST:PORT"``: an existing cluster. Its workers need the kit installed
+  the key, fails its handshake and runs nothing; Dask's HTTP servers serve no route
+  (``NO_HTTP``: no task keys, logs or call stacks to anyone on the machine);
+- ``scheduler="tcp://HOST:PORT"`` (or ``tls://``, with the certificates Dask's own
+  configuration names: ``cluster_security``): an existing cluster. Its workers need the kit installed
   and the run folder at the same path (a shared filesystem); each builds or reuses the
   runtime environments from the committed locks (``kit.runtime.venvs``, serialised per
   environment by a file lock). An unreachable scheduler is a ``ScaleError`` before any job.
@@ -31,6 +33,10 @@ from kit.runtime.backends import run_jobs
 from kit.runtime.runtimes import Runtime
 
 CONNECT_TIMEOUT_S = 20
+# Dask's HTTP servers answer without the cluster's key: the scheduler's would list task
+# keys (run paths), worker logs and live call stacks to any local user. None is served.
+NO_HTTP = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": [],
+           "distributed.nanny.http.routes": []}
 
 
 class ScaleError(KitError):
@@ -97,19 +103,38 @@ def run_security() -> Any:
                          ) from exc
 
 
+def cluster_security(scheduler: str) -> Any:
+    """The client's TLS settings for an existing cluster, as its owners configure Dask
+    (``distributed.comm.tls.*``: a configuration file or ``DASK_DISTRIBUTED__COMM__TLS__*``);
+    a ``tls://`` address without them is a ScaleError before any connection."""
+    from distributed.security import Security
+
+    if not scheduler.startswith("tls://"):
+        return None
+    security = Security()  # type: ignore[no-untyped-call]
+    if not (security.tls_ca_file and security.tls_client_cert):
+        raise ScaleError(f"scheduler {scheduler}: a TLS address, but Dask's configuration "
+                         "names no CA file and client certificate (distributed.comm.tls.ca-file "
+                         "and distributed.comm.tls.client.cert)")
+    return security
+
+
 def local_client(workers: int) -> Any:
     """A client of a new loopback ``LocalCluster`` of ``workers`` single-threaded worker
     processes that admits only holders of this run's key (``run_security``); closing the
     client's ``cluster`` tears it down."""
+    import dask
     from distributed import Client, LocalCluster
 
     security = run_security()
-    cluster = LocalCluster(  # type: ignore[no-untyped-call]
-        n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-        protocol="tls://", security=security, dashboard_address=None,
-        # no dashboard; the scheduler's health endpoints on a free loopback port, never
-        # the fixed 8787 that a second cluster on the machine would collide with
-        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
+    with dask.config.set(NO_HTTP):  # the nannies pass it on to the worker processes
+        cluster = LocalCluster(  # type: ignore[no-untyped-call]
+            n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+            protocol="tls://", security=security, dashboard_address=None,
+            # no dashboard; what HTTP server Dask still starts listens on a free loopback
+            # port (never the fixed 8787 a second cluster would collide with) and serves
+            # no route (NO_HTTP)
+            scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"})
     if not cluster.scheduler_address.startswith("tls://"):
         cluster.close()
         raise ScaleError(f"the local Dask cluster listens on {cluster.scheduler_address}, "
@@ -123,7 +148,8 @@ def _client(scheduler: str | None, workers: int) -> Any:
     if scheduler is None:
         return local_client(workers)
     try:
-        return Client(scheduler, timeout=CONNECT_TIMEOUT_S)  # type: ignore[no-untyped-call]
+        return Client(scheduler, timeout=CONNECT_TIMEOUT_S,  # type: ignore[no-untyped-call]
+                      security=cluster_security(scheduler))
     except (OSError, TimeoutError) as exc:
         raise ScaleError(f"scheduler {scheduler}: no Dask scheduler answers within "
                          f"{CONNECT_TIMEOUT_S} s ({exc})") from exc

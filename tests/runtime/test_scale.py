@@ -7,6 +7,8 @@ tests/drift/test_sweep.py.)"""
 from __future__ import annotations
 
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -41,8 +43,9 @@ def test_a_failing_batch_on_a_local_cluster_names_the_file(workdir: Path) -> Non
 def test_the_local_cluster_refuses_a_foreign_client_and_runs_the_kits_jobs(
         workdir: Path) -> None:
     """A client without this run's key (plain TCP, or TLS with a key of its own, as another
-    local user would bring) is refused at the handshake and runs nothing; the kit's own
-    client still runs a real batch in a worker process."""
+    local user would bring) is refused at the handshake and runs nothing; no HTTP route of
+    the scheduler or a worker answers; the kit's own client still runs a real batch in a
+    worker process."""
     from distributed import Client
     from distributed.comm.core import CommClosedError
 
@@ -58,6 +61,13 @@ def test_the_local_cluster_refuses_a_foreign_client_and_runs_the_kits_jobs(
             with pytest.raises((OSError, CommClosedError, TimeoutError)):
                 Client(foreign, timeout=3, security=security)
             assert time.monotonic() - start < 5
+        ports = [cluster.scheduler.http_server.port, *(
+            w["services"]["dashboard"] for w in client.scheduler_info()["workers"].values())]
+        for port in ports:  # Dask's HTTP servers answer no one: no keys, logs or stacks
+            for route in ("/health", "/info/main/workers.html", "/json/identity.json",
+                          "/info/call-stacks/x.html", "/metrics"):
+                with pytest.raises(urllib.error.HTTPError, match="404"):
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}{route}", timeout=5)
         assert client.submit(scale._run_batch, _batch(job(output="a.npz")), str(workdir / "in"),
                              str(workdir / "out"), "venv", pure=False).result() == 1
         assert (workdir / "out" / "a.npz").is_file()
