@@ -15,7 +15,8 @@ from kit.drift.stages.pipeline import reproduce
 from kit.errors import ImageError
 from kit.files import write_npz
 from kit.runfolder import Run
-from kit.runtime.backends import docker_available, image_labels
+from kit.runtime.backends import docker_available
+from kit.runtime.docker import image_labels
 from kit.runtime.runtimes import load_runtimes
 from kit.sciml.checkpoints import NUMERICS
 

@@ -19,7 +19,6 @@ image (``kit.runtime.docker.ensure_image``), from the committed lock.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -29,7 +28,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from kit.errors import BackendUnavailable, ImageError, KitError, WorkerFailed
+from kit.errors import BackendUnavailable, KitError, WorkerFailed
+from kit.runtime.docker import ensure_image
 from kit.runtime.runtimes import Runtime
 from kit.runtime.scratch import scratch
 from kit.runtime.venvs import ensure_runtime
@@ -52,13 +52,6 @@ DOCKER_PIDS = 256
 JOBS_PREFIX = "kit-jobs-"
 # A docker worker's private output folder inside the output folder (``_run_container``).
 OUT_PREFIX = ".kit-docker-out-"
-LABEL_LOCK = "org.kit.lock-sha256"
-LABEL_WORKER = "org.kit.worker-sha256"
-
-
-def worker_sha256() -> str:
-    """sha256 of ``kit/runtime/worker.py``: an image must carry the very worker of this checkout."""
-    return hashlib.sha256(WORKER.read_bytes()).hexdigest()
 
 
 def docker_available(timeout: float = 10.0) -> bool:
@@ -85,34 +78,6 @@ def select_backend(requested: str | None) -> str:
             f"{os.environ.get('DOCKER_HOST', 'unset')}); start one (tools/dockerd.sh start) "
             "or use --backend venv")
     return requested
-
-
-def image_labels(image: str) -> dict[str, str]:
-    """The labels of a local image; ImageError when it is not there."""
-    proc = subprocess.run(["docker", "image", "inspect", "--format",
-                           "{{json .Config.Labels}}", image], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise ImageError(f"image {image} is not built here; run `nox -s images`")
-    return json.loads(proc.stdout) or {}
-
-
-def ready_image(runtime: Runtime) -> None:
-    """The runtime's image, built on first use (``kit.runtime.docker.ensure_image``)."""
-    from kit.runtime.docker import ensure_image
-
-    ensure_image(runtime)
-
-
-def check_image(runtime: Runtime) -> None:
-    """Refuse an image built from another lock than the one in this checkout."""
-    labels = image_labels(runtime.image)
-    if labels.get(LABEL_LOCK) != runtime.lock_sha256():
-        raise ImageError(f"image {runtime.image} was built from a different {runtime.lock.name} "
-                         f"(label {labels.get(LABEL_LOCK)}); rebuild it with `nox -s images`")
-    if labels.get(LABEL_WORKER) != worker_sha256():
-        raise ImageError(f"image {runtime.image} holds another kit/runtime/worker.py "
-                         "than this checkout "
-                         f"(label {labels.get(LABEL_WORKER)}); rebuild it with `nox -s images`")
 
 
 def host_memory() -> int:
@@ -227,7 +192,7 @@ def describe_runtime(runtime: Runtime, backend: str | None = None) -> dict[str, 
     release is refused."""
     chosen = select_backend(backend)
     if chosen == "docker":
-        ready_image(runtime)
+        ensure_image(runtime)
         cmd = ["docker", "run", "--rm", "--network", "none", "--read-only", "--cap-drop",
                "ALL", runtime.image, "--describe"]
     else:
@@ -276,7 +241,7 @@ def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
         (jobs_dir / "jobs.json").write_bytes(canonical_json({"jobs": full}))
         os.chmod(jobs_dir / "jobs.json", 0o644)
         if chosen == "docker":
-            ready_image(runtime)
+            ensure_image(runtime)
             code, stderr = _run_container(runtime, jobs_dir, in_root, out_root, full,
                                           progress)
         else:

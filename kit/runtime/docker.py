@@ -15,6 +15,7 @@ Debian's packages with debootstrap (``tools/base-image.sh``) and the manifest sa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from typing import Any
 
 from kit.errors import ImageError
 from kit.paths import ROOT
-from kit.runtime.backends import check_image, worker_sha256
+from kit.runtime import worker
 from kit.runtime.runtimes import Runtime, get_runtime, load_runtimes
 from kit.runtime.venvs import _building, failure_tail  # one build lock for both backends
 from kit.runtime.worker import canonical_json, write_atomic
@@ -33,6 +34,36 @@ DEBOOTSTRAP_BASE = "kit-base:bookworm-py311"
 WHEELHOUSE = ROOT / "build" / "wheelhouse"
 # Per machine, so under the ignored build/ and outside the verified manifests/.
 MANIFEST = ROOT / "build" / "images.json"
+LABEL_LOCK = "org.kit.lock-sha256"
+LABEL_WORKER = "org.kit.worker-sha256"
+
+
+def worker_sha256() -> str:
+    """sha256 of ``kit/runtime/worker.py``: an image carries the very worker of this
+    checkout."""
+    return hashlib.sha256(Path(worker.__file__).read_bytes()).hexdigest()
+
+
+def image_labels(image: str) -> dict[str, str]:
+    """The labels of a local image; ImageError when it is not there."""
+    proc = subprocess.run(["docker", "image", "inspect", "--format",
+                           "{{json .Config.Labels}}", image], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ImageError(f"image {image} is not built here; run `nox -s images`")
+    return json.loads(proc.stdout) or {}
+
+
+def check_image(runtime: Runtime) -> None:
+    """Refuse an image built from another lock than the one in this checkout."""
+    labels = image_labels(runtime.image)
+    if labels.get(LABEL_LOCK) != runtime.lock_sha256():
+        raise ImageError(f"image {runtime.image} was built from a different {runtime.lock.name} "
+                         f"(label {labels.get(LABEL_LOCK)}); rebuild it with `nox -s images`")
+    if labels.get(LABEL_WORKER) != worker_sha256():
+        raise ImageError(f"image {runtime.image} holds another kit/runtime/worker.py "
+                         "than this checkout "
+                         f"(label {labels.get(LABEL_WORKER)}); rebuild it with `nox -s images`")
+
 
 
 def _run(cmd: list[str], what: str, timeout: float | None = None) -> str:

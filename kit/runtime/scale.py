@@ -13,10 +13,11 @@ session options, so the order and the process a batch runs in change no byte:
   the key, fails its handshake and runs nothing; Dask's HTTP servers serve no route
   (``NO_HTTP``: no task keys, logs or call stacks to anyone on the machine);
 - ``scheduler="tcp://HOST:PORT"`` (or ``tls://``, with the certificates Dask's own
-  configuration names: ``cluster_security``): an existing cluster. Its workers need the kit installed
-  and the run folder at the same path (a shared filesystem); each builds or reuses the
-  runtime environments from the committed locks (``kit.runtime.venvs``, serialised per
-  environment by a file lock). An unreachable scheduler is a ``ScaleError`` before any job.
+  configuration names: ``cluster_security``): an existing cluster. Its workers need the
+  kit installed and the run folder at the same path (a shared filesystem); each builds or
+  reuses the runtime environments from the committed locks (``kit.runtime.venvs``,
+  serialised per environment by a file lock). An unreachable scheduler is a
+  ``ScaleError`` before any job.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from kit.runtime.runtimes import Runtime
 CONNECT_TIMEOUT_S = 20
 # Dask's HTTP servers answer without the cluster's key: the scheduler's would list task
 # keys (run paths), worker logs and live call stacks to any local user. None is served.
-NO_HTTP = {"distributed.scheduler.http.routes": [], "distributed.worker.http.routes": [],
-           "distributed.nanny.http.routes": []}
+NO_HTTP: dict[str, list[str]] = {"distributed.scheduler.http.routes": [],
+                                 "distributed.worker.http.routes": [],
+                                 "distributed.nanny.http.routes": []}
 
 
 class ScaleError(KitError):
@@ -111,7 +113,7 @@ def cluster_security(scheduler: str) -> Any:
 
     if not scheduler.startswith("tls://"):
         return None
-    security = Security()  # type: ignore[no-untyped-call]
+    security: Any = Security()  # type: ignore[no-untyped-call]
     if not (security.tls_ca_file and security.tls_client_cert):
         raise ScaleError(f"scheduler {scheduler}: a TLS address, but Dask's configuration "
                          "names no CA file and client certificate (distributed.comm.tls.ca-file "

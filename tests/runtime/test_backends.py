@@ -14,7 +14,7 @@ import pytest
 
 from kit.errors import BackendUnavailable, ImageError, WorkerFailed
 from kit.locks import lock_requirements
-from kit.runtime import backends
+from kit.runtime import backends, docker
 from kit.runtime.backends import run_jobs, select_backend
 from kit.runtime.runtimes import get_runtime, load_runtimes
 from kit.runtime.worker import meta_path
@@ -143,7 +143,7 @@ def test_describe_reaches_the_daemon_that_docker_host_names(
     venv worker gets PATH and a fixed locale only."""
     monkeypatch.setenv("DOCKER_HOST", "unix:///var/tmp/private/docker.sock")
     monkeypatch.setattr(backends, "select_backend", lambda requested: backend)
-    monkeypatch.setattr(backends, "ready_image", lambda runtime: None)
+    monkeypatch.setattr(backends, "ensure_image", lambda runtime: None)
     monkeypatch.setattr(backends, "ensure_runtime", lambda name: Path("/env/bin/python"))
     seen: list[dict[str, str] | None] = []
 
@@ -189,15 +189,15 @@ def test_an_image_built_from_another_lock_is_refused(tmp_path: Path) -> None:
     other_lock = tmp_path / "ref.lock"
     other_lock.write_bytes(runtime.lock.read_bytes() + b"\n")
     with pytest.raises(ImageError, match=r"built from a different ref\.lock"):
-        backends.check_image(replace(runtime, lock=other_lock))
+        docker.check_image(replace(runtime, lock=other_lock))
 
 
 @pytest.mark.docker
 @pytest.mark.usefixtures("docker_ready")
 def test_an_image_with_another_worker_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(backends, "worker_sha256", lambda: "0" * 64)
+    monkeypatch.setattr(docker, "worker_sha256", lambda: "0" * 64)
     with pytest.raises(ImageError, match=r"holds another kit/runtime/worker\.py"):
-        backends.check_image(get_runtime("cand"))
+        docker.check_image(get_runtime("cand"))
 
 
 @pytest.mark.docker
@@ -213,10 +213,10 @@ def test_image_holds_exactly_its_lock(runtime: str) -> None:
                  for p in json.loads(proc.stdout)} - {p for p in
                                                       _bootstrap_pins(proc.stdout)}
     assert installed == set(lock_requirements(rt.lock))
-    labels = backends.image_labels(rt.image)
+    labels = docker.image_labels(rt.image)
     assert labels["org.kit.onnxruntime"] == rt.onnxruntime
     assert labels["org.kit.lock-sha256"] == hashlib.sha256(rt.lock.read_bytes()).hexdigest()
-    assert labels["org.kit.worker-sha256"] == backends.worker_sha256()
+    assert labels["org.kit.worker-sha256"] == docker.worker_sha256()
 
 
 def _bootstrap_pins(pip_list_json: str) -> set[str]:

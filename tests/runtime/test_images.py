@@ -13,7 +13,8 @@ import pytest
 
 from kit.errors import ConfigError, ImageError
 from kit.runtime import docker as images
-from kit.runtime.backends import image_labels, run_jobs
+from kit.runtime.backends import run_jobs
+from kit.runtime.docker import image_labels
 from kit.runtime.runtimes import get_runtime, load_runtimes
 from kit.runtime.worker import meta_path
 from tests.conftest import job
