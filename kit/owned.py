@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,26 @@ def claim(out: Path, command: str) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / MARK, canonical_json({"command": command, "files": {}}))
     return out
+
+
+def write_named_file(path: Path, data: bytes, ours: Callable[[bytes], bool], option: str
+                     ) -> None:
+    """Write ``data`` to a file the user named with ``option`` (``verify --json``,
+    ``--page``): a new file, or one the kit wrote before (``ours`` of its bytes says so);
+    anything else there is refused by name and left as it is. A replaced file keeps its
+    mode."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise KitError(f"{path}: not a plain file; name another file with {option}")
+    if path.exists():
+        try:
+            mine = ours(path.read_bytes())
+        except OSError as exc:
+            raise KitError(f"{path}: cannot be read ({exc.strerror}); name another file "
+                           f"with {option}") from exc
+        if not mine:
+            raise KitError(f"{path}: a file the kit did not write; move it, or name another "
+                           f"file with {option}")
+    write_atomic(path, data)
 
 
 def temporary(out: Path) -> Path:

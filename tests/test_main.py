@@ -4,6 +4,8 @@ refuses (too long, a folder where a file goes, a file where a folder goes) is a
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +40,28 @@ def test_verify_outputs_under_a_file_onto_a_folder_or_too_long(tmp_path: Path) -
     assert "too long" in refused(kit("verify", "--json", str(long)), "x" * 200)
     assert blocker.read_text() == "mine\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "a-folder"]
+
+
+def test_verify_json_and_page_replace_only_files_the_kit_wrote(tmp_path: Path) -> None:
+    """``--json`` and ``--page`` name files: a new one is written, one the kit wrote is
+    replaced (its mode kept), a user's file of that name is refused and left as it was."""
+    for name, theirs in (("out.json", '{"mine": 1}'), ("index.html", "<html>mine</html>")):
+        (tmp_path / name).write_text(theirs)
+        os.chmod(tmp_path / name, 0o600)
+        option = "--json" if name.endswith(".json") else "--page"
+        line = refused(kit("verify", "--claim", "A-052", option, str(tmp_path / name)),
+                       tmp_path / name)
+        assert "a file the kit did not write" in line
+        assert (tmp_path / name).read_text() == theirs
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o600
+    ours = [tmp_path / "kit.json", tmp_path / "kit.html"]
+    for mode in (0o640, None):  # the second run replaces what the first wrote
+        proc = kit("verify", "--claim", "A-052", "--json", str(ours[0]), "--page", str(ours[1]))
+        assert proc.returncode == 0, proc.stderr
+        if mode is not None:
+            os.chmod(ours[0], mode)
+    assert ours[0].stat().st_mode & 0o777 == 0o640
+    assert json.loads(ours[0].read_text())["root"]
 
 
 def test_a_run_folder_or_model_name_too_long(tmp_path: Path) -> None:

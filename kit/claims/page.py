@@ -32,7 +32,7 @@ from kit.claims.page_style import (
     TABLE_COLUMNS,
     UNKNOWN,
 )
-from kit.files import write_atomic
+from kit.owned import write_named_file
 from kit.paths import ROOT
 
 
@@ -126,6 +126,8 @@ def _header(report: dict[str, Any]) -> list[str]:
 
 
 # Pages other commands write beside the claims page, linked when present.
+# The page's mark: ``verify --page FILE`` replaces a file only when it carries it.
+GENERATOR = '<meta name="generator" content="python -m kit verify">'
 LINKED = (("runs/reports/index.html", "every study's report (python -m kit reports)"),
           ("runs/replay/index.html", "the last replay against the shipped evidence"))
 
@@ -365,7 +367,7 @@ def _studies(report: dict[str, Any], page_dir: Path, root: Path) -> list[str]:
 
 def page(report: dict[str, Any], page_dir: Path, root: Path = ROOT) -> str:
     """The page's HTML; evidence links lead from ``page_dir`` to the files under ``root``."""
-    parts = ["<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+    parts = ["<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">", GENERATOR,
              "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
              "<title>Claims: what the kit reproduced</title>"
              f"<style>{CSS}</style></head><body>",
@@ -380,5 +382,6 @@ def write_page(report: dict[str, Any], path: Path, root: Path = ROOT) -> Path:
     """Write the claims page for ``report`` (verify's report dict) to ``path``, atomically;
     evidence links are relative to ``path``'s folder. Returns ``path``."""
     page_dir = path.resolve().parent
-    write_atomic(path, page(report, page_dir, root.resolve()).encode())
+    write_named_file(path, page(report, page_dir, root.resolve()).encode(),
+                     lambda data: GENERATOR.encode() in data[:1024], "--page")
     return path

@@ -45,7 +45,8 @@ from kit.claims.ledger import STATUSES, Outcome, clear_cache, evaluate, load_led
 from kit.claims.show import failure_reason, print_rows, print_summary
 from kit.drift.protocol import load_protocol
 from kit.errors import KitError
-from kit.files import canonical_json, plain_files, sha256, write_atomic
+from kit.files import canonical_json, parse_json, plain_files, sha256
+from kit.owned import write_named_file
 from kit.paths import ROOT
 from kit.runfolder import SHIPPED_MANIFEST, UNHASHED
 from kit.schema import problems as schema_problems
@@ -330,7 +331,7 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
                f"{time.monotonic() - start:.1f} s; root {digest}; {'OK' if ok else 'FAILED'}")
     print_summary(verdict, report, reversed_, differing)
     if json_out is not None:
-        write_atomic(json_out, canonical_json(report))
+        write_named_file(json_out, canonical_json(report), verify_report, "--json")
     if page is not None:
         from kit.claims.page import write_page
 
@@ -342,6 +343,16 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
         print(failure_reason(problems, differing, reversed_ if strict_findings else []))
     print(verdict)
     return 0 if ok else 1
+
+
+def verify_report(data: bytes) -> bool:
+    """Whether ``data`` is a report ``verify --json`` wrote (an object with every field its
+    schema requires): the only file ``--json`` replaces."""
+    try:
+        found = parse_json(data, Path("--json"), "")
+    except KitError:
+        return False
+    return isinstance(found, dict) and {"ok", "root", "roots", "claims", "counts"} <= set(found)
 
 
 def validate_report(report: dict[str, Any]) -> None:
