@@ -210,8 +210,10 @@ def exchange(runtime_name: str, model: Path, inputs: Path, output: Path,
                       backend=chosen, runtime=runtime.name)
         write_atomic(meta_path(result), canonical_json(record))
         try:
-            os.replace(meta_path(result), meta_path(output))
-            os.replace(result, output)
+            for made, target in ((meta_path(result), meta_path(output)), (result, output)):
+                if target.is_file():  # a file replaced keeps its mode (a user's 0600 stays)
+                    os.chmod(made, target.stat().st_mode & 0o7777)
+                os.replace(made, target)
         except OSError as exc:
             raise InputRefused(f"{output}: cannot be written ({exc.strerror or exc})") from exc
     return output

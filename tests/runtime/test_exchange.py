@@ -111,6 +111,10 @@ def test_staging_never_touches_the_callers_files(tmp_path: Path) -> None:
     assert stat.S_IMODE(inputs.stat().st_mode) == 0o400
     np.testing.assert_array_equal(load_npz(tmp_path / "y.npz")["y"],
                                   load_npz(inputs)["x"] + WEIGHTS)
+    os.chmod(tmp_path / "y.npz", 0o600)  # an output replaced keeps the user's mode
+    proc = _run_add(tmp_path, model, inputs, tmp_path / "y.npz")
+    assert proc.returncode == 0, proc.stderr
+    assert stat.S_IMODE((tmp_path / "y.npz").stat().st_mode) == 0o600
 
 
 def _output_cases(tmp_path: Path) -> dict[str, tuple[Path, Path, Path, str]]:
