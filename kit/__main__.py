@@ -81,6 +81,7 @@ def _verify(args: argparse.Namespace) -> int:
         raise KitError(f"verify: {', '.join(replay_only)} only apply with --replay (or, for "
                        "--run, --compare; for --status-only and --retrained, --evidence); "
                        "add it or leave them out")
+    from kit.claims.page import DEFAULT_PAGE
     from kit.claims.verify import Selection, verify
     from kit.paths import ROOT
 
@@ -89,7 +90,7 @@ def _verify(args: argparse.Namespace) -> int:
                   expect_root=args.expect_root,
                   # a run for named claims recomputes only those: it leaves the full page be
                   page=args.page or (None if args.claim else
-                                     ROOT / "runs" / "verify" / "index.html"), select=select,
+                                     ROOT / DEFAULT_PAGE), select=select,
                   interpreter=True)
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from kit.errors import RunFolderError, RunLocked
 from kit.files import canonical_json, read_json, stale, write_atomic
-from kit.runfolder import LOCK, RUN_STATE, say
+from kit.runfolder import LOCK, REPLAY_MARK, RUN_STATE, say
 
 # folders this process holds: resolved root -> [lock file descriptor, depth]
 _HELD: dict[Path, list[int]] = {}
@@ -84,6 +84,7 @@ def hold(root: Path, create: bool = True) -> Iterator[Path]:
         finally:
             _HELD[key][1] -= 1
         return
+    refuse_foreign(key)
     made = [name for name in (LOCK, RUN_STATE) if not (key / name).exists()]
     fd = _acquire(key / LOCK)
     _HELD[key] = [fd, 1]
@@ -170,6 +171,19 @@ def _holder(fd: int) -> str:
         if written or time.monotonic() > deadline:
             return f"pid {written}" if written.isdigit() else "pid unknown"
         time.sleep(0.02)
+
+
+def refuse_foreign(key: Path) -> None:
+    """A RunFolderError naming a folder the kit did not make (no ``.lock`` from an
+    earlier take, no replay mark) that holds anything: such a folder is used only while
+    empty (the one rule of ``kit.owned``)."""
+    if (key / LOCK).exists() or (key / REPLAY_MARK).exists():
+        return
+    found = sorted(p.name for p in key.iterdir())
+    if found:
+        more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+        raise RunFolderError(f"{key}: a folder the kit did not make holds {found[0]!r}{more}; "
+                             "pass --run a new or empty folder (or one the kit made)")
 
 
 def _release(fd: int) -> None:

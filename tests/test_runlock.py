@@ -130,6 +130,7 @@ def test_stale_temporaries_go_when_the_folder_is_taken_and_results_stay(
     for path in [*stale, kept, *users]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"partial")
+    (run / ".lock").touch()  # a run folder the kit made
     folder = run / f"fetch/.models.kit{dead}-zzzzzzzz.old.tmp"  # a folder moved aside
     (folder / "inner").mkdir(parents=True)
     assert hashed_files(run) == sorted([kept, *users])
@@ -144,11 +145,12 @@ def test_stale_temporaries_go_when_the_folder_is_taken_and_results_stay(
     assert kept.read_bytes() == b"partial"
 
 
-def test_a_user_tmp_file_stays_and_a_failed_take_leaves_the_folder_as_it_was(
+def test_a_folder_of_the_users_is_refused_and_left_as_it_was(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``kit stage split`` into a folder of the user's holding ``x/a.tmp`` (and a hidden
-    ``.tmp`` file whose name is not the kit's): refused (fetch has not run), exit 2, and
-    the folder holds what it held, no ``.lock``, no ``run.json``."""
+    """``kit stage split`` into a folder the kit did not make, holding ``x/a.tmp`` (and a
+    hidden ``.tmp`` file whose name is not the kit's): refused by name before the lock is
+    taken, exit 2, and the folder holds what it held, no ``.lock``, no ``run.json``. The
+    same folder emptied is taken; a failed take leaves it empty again."""
     from kit.__main__ import main
 
     run = tmp_path / "mine"
@@ -156,11 +158,17 @@ def test_a_user_tmp_file_stays_and_a_failed_take_leaves_the_folder_as_it_was(
         (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_text("the user's")
     before = sorted(p.relative_to(run).as_posix() for p in run.rglob("*"))
-    assert main(["stage", "split", "--run", str(run), "--protocol",
-                 str(tiny_protocol(tmp_path))]) == 2
-    assert "stage 'fetch' has not run" in capsys.readouterr().err
+    protocol = str(tiny_protocol(tmp_path))
+    assert main(["stage", "split", "--run", str(run), "--protocol", protocol]) == 2
+    assert f"{run}: a folder the kit did not make holds 'notes.txt.tmp' and 1 more" in \
+        capsys.readouterr().err
     assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*")) == before
     assert (run / "x" / "a.tmp").read_text() == "the user's"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["stage", "split", "--run", str(empty), "--protocol", protocol]) == 2
+    assert "stage 'fetch' has not run" in capsys.readouterr().err
+    assert list(empty.iterdir()) == []
 
 
 def test_only_the_kits_temporary_names_are_removed_and_links_are_not_followed(

@@ -32,6 +32,7 @@ from kit.claims.page_style import (
     TABLE_COLUMNS,
     UNKNOWN,
 )
+from kit.files import write_atomic
 from kit.owned import write_named_file
 from kit.paths import ROOT
 
@@ -126,6 +127,7 @@ def _header(report: dict[str, Any]) -> list[str]:
 
 
 # Pages other commands write beside the claims page, linked when present.
+DEFAULT_PAGE = Path("runs") / "verify" / "index.html"
 # The page's mark: ``verify --page FILE`` replaces a file only when it carries it.
 GENERATOR = '<meta name="generator" content="python -m kit verify">'
 LINKED = (("runs/reports/index.html", "every study's report (python -m kit reports)"),
@@ -382,6 +384,9 @@ def write_page(report: dict[str, Any], path: Path, root: Path = ROOT) -> Path:
     """Write the claims page for ``report`` (verify's report dict) to ``path``, atomically;
     evidence links are relative to ``path``'s folder. Returns ``path``."""
     page_dir = path.resolve().parent
-    write_named_file(path, page(report, page_dir, root.resolve()).encode(),
-                     lambda data: GENERATOR.encode() in data[:1024], "--page")
+    data = page(report, page_dir, root.resolve()).encode()
+    if path.resolve() == (root / DEFAULT_PAGE).resolve():  # the kit's own folder
+        write_atomic(path, data)
+    else:  # a file the user named
+        write_named_file(path, data, lambda old: GENERATOR.encode() in old[:1024], "--page")
     return path

@@ -35,6 +35,7 @@ def crafted(tmp_path: Path, substrate: str, table: str, model: str = "fetch/mode
     (run / "score" / "score.json").write_text(f'{{"tables": {{"primary": {{"path": "{table}"}}}}}}')
     (run / "score" / "t.csv").write_text("a,b\n")
     (run / "manifest.json").write_text('{"files": {}}')
+    (run / ".lock").touch()  # a run folder the kit made
     (root / "claims" / "drift" / "evidence").mkdir(parents=True)
     (root / "victim").mkdir()
     (root / "victim" / "keep.txt").write_text("the user's")

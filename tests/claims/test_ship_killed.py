@@ -53,6 +53,7 @@ def seed(base: Path) -> tuple[Path, Path]:
     (run / "score" / "score.json").write_text('{"tables": {"t": {"path": "score/t.csv"}}}')
     (run / "score" / "t.csv").write_text("a,b\n")
     (run / "manifest.json").write_text('{"files": {}}')
+    (run / ".lock").touch()  # a run folder the kit made
     old = root / "claims" / "drift" / "evidence" / "digits"
     for name in ("score/score.json", "old.json"):
         (old / name).parent.mkdir(parents=True, exist_ok=True)
