@@ -59,6 +59,8 @@ holds; when it fails, it fails as a hypothesis (a result, not an integrity failu
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -66,6 +68,7 @@ from typing import Any
 
 from kit import schema
 from kit.claims.null import against_null
+from kit.claims.printed import printed
 from kit.claims.rules import CONSTANTS as CONSTANTS
 from kit.claims.rules import FUNCTIONS as FUNCTIONS
 from kit.claims.rules import GRADES as GRADES
@@ -173,9 +176,12 @@ class Outcome:
     evidence_folder: str = ""
     thresholds: tuple[str, ...] = ()
     cell: dict[str, str] | None = None
+    halves: tuple[dict[str, Any], ...] = ()  # each further half: label, kit, paper
+    printed: str | None = None  # the kit's number in the paper's printed form
 
     def as_dict(self) -> dict[str, Any]:
         found = dict(self.__dict__)
+        found["halves"] = [dict(h) for h in self.halves]
         found["evidence"] = list(self.evidence)
         found["thresholds"] = list(self.thresholds)
         return found
@@ -273,10 +279,12 @@ def _decide_claim(claim: dict[str, Any], rule: dict[str, Any], evidence: Any, pa
         note = finding["reason"]
     if "not_a_finding" in rule:
         note = f"not a finding: {rule['not_a_finding']}; {note}"
-    halves = [verdict]
+    halves, measured = [verdict], []
     for part in rule.get("parts", ()):
-        part_verdict, part_words = _decide_part(part, evidence, paper)
+        part_verdict, part_words, part_value = _decide_part(part, evidence, paper)
         halves.append(part_verdict)
+        measured.append({"label": part["label"], "kit": _plain(part_value),
+                         "paper": _plain(part["value"])})
         words += f"; {part_words} [{part_verdict}]"
     verdict = weakest(halves)
     if verdict == "reproduced" and "described" in halves[1:]:
@@ -292,18 +300,29 @@ def _decide_claim(claim: dict[str, Any], rule: dict[str, Any], evidence: Any, pa
     kit_value = value if "compute" not in rule else call(claim["compute"], evidence)
     return Outcome(**base, **where, recomputed=_show(kit_value), rule=words, status=verdict,
                    note=note, effect=effect(published, kit_value),
-                   thresholds=tuple(thresholds(rule)))
+                   thresholds=tuple(thresholds(rule)), halves=tuple(measured),
+                   printed=printed(claim.get("published", ""), published, kit_value, measured))
 
 
 
 
-def _decide_part(part: dict[str, Any], evidence: Any, paper: bool) -> tuple[str, str]:
-    """One more half of a printed pair: its status and what it compared, in words."""
+def _decide_part(part: dict[str, Any], evidence: Any, paper: bool) -> tuple[str, str, Any]:
+    """One more half of a printed pair: its status, what it compared in words, and the
+    kit's value."""
     value = call(part["compute"], evidence)
     passed, shown = decide(part, value, part["value"], evidence)
     return (status(grade(part), passed, paper),
             f"{part['label']} {_show(value)} (paper {_show(part['value'])}): "
-            f"{part['rule']} {shown}{MET[passed]}")
+            f"{part['rule']} {shown}{MET[passed]}", value)
+
+
+def _plain(value: Any) -> Any:
+    """A half's value for the report: a finite number as a float, anything else as text."""
+    if isinstance(value, bool):
+        return _show(value)
+    if isinstance(value, numbers.Real) and math.isfinite(float(value)):
+        return float(value)
+    return _show(value)
 
 
 def _revised(revised: dict[str, Any], claim: dict[str, Any], evidence: Any) -> str:

@@ -32,6 +32,7 @@ from kit.claims.page_style import (
     TABLE_COLUMNS,
     UNKNOWN,
 )
+from kit.claims.printed import printed
 from kit.files import write_atomic
 from kit.owned import write_named_file
 from kit.paths import ROOT
@@ -66,25 +67,20 @@ def effect_text(effect: dict[str, Any] | None, status: str = "") -> str:
     return text
 
 
-def printed_decimals(published: str) -> int | None:
-    """How many decimals the paper printed its first number with (None: no number)."""
-    found = re.search(r"-?\d[\d,]*(?:\.(\d+))?", published)
-    if found is None:
-        return None
-    return len(found.group(1) or "")
-
-
 def kit_number(claim: dict[str, Any]) -> str:
-    """The kit's number as shown: at the paper's printed precision with the paper's unit
-    (``%``) where both are numbers, the full value on hover; else the recomputed text."""
-    effect, shown = claim.get("effect"), _e(claim.get("recomputed", ""))
-    decimals = printed_decimals(claim.get("published", ""))
-    if not effect or decimals is None or not isinstance(effect.get("kit"), (int, float)) \
-            or isinstance(effect["kit"], bool):
+    """The kit's number in the paper's printed form (``kit.claims.printed``: the printed
+    decimals and unit, a pair or k/n with the kit's second number, an interval as an
+    interval), the full value on hover; else the recomputed text."""
+    effect, shown = claim.get("effect") or {}, _e(claim.get("recomputed", ""))
+    form = claim.get("printed") if "printed" in claim else printed(
+        claim.get("published", ""), effect.get("paper"), effect.get("kit"),
+        claim.get("halves"))
+    if form is None:
         return shown
-    value = float(effect["kit"])
-    unit = "%" if "%" in claim.get("published", "") else ""
-    return f'<span title="{_e(repr(value))}">{value:,.{decimals}f}{unit}</span>'
+    full = effect.get("kit")
+    title = repr(float(full)) if isinstance(full, (int, float)) and not isinstance(
+        full, bool) else claim.get("recomputed", "")
+    return f'<span title="{_e(title)}">{_e(form)}</span>'
 
 
 def _ordered(items: Iterable[str]) -> list[str]:
@@ -265,14 +261,30 @@ def _attrs(claim: dict[str, Any]) -> str:
             f'data-status="{_e(claim.get("status", ""))}"')
 
 
+def _explain(claim: dict[str, Any], page_dir: Path, root: Path) -> str:
+    """What a cell opens to (a click, or Enter on its focused summary): the rule and what
+    it compared, where each threshold comes from, the note, the evidence (linked) and the
+    command that prints the same."""
+    items = [("rule", _e(claim.get("rule", ""))),
+             *(("threshold from", _e(t)) for t in claim.get("thresholds") or []),
+             ("note", _e(claim.get("note") or "")),
+             ("evidence", _evidence(claim, page_dir, root)),
+             ("the same in a terminal",
+              f"<code>python -m kit verify --claim {_e(claim['claim'])}</code>")]
+    return '<dl class="explain">' + "".join(
+        f"<dt>{name}</dt><dd>{text}</dd>" for name, text in items if text) + "</dl>"
+
+
 def _status_cell(claim: dict[str, Any]) -> str:
     note = claim.get("note") or ""
     sources = "".join(f'<div class="note">threshold from {_e(t)}</div>'
                       for t in claim.get("thresholds") or [])
     why = "why" if claim.get("status") == "not run here" else "the rule's reason"
+    command = f"<code>python -m kit verify --claim {_e(claim['claim'])}</code>"
     return (_badge(claim.get("status", "")) + sources
-            + (f'<details class="note"><summary>{why}</summary>{_e(note)}</details>'
-               if note else ""))
+            + f'<details class="note"><summary>{why if note else "the command"}</summary>'
+            + (f"{_e(note)}<br>" if note else "") + f"the same in a terminal: {command}"
+            + "</details>")
 
 
 COLUMNS = ("claim", "statement", "substrate", "paper printed", "kit", "rule", "status",
@@ -306,7 +318,7 @@ def _claim_number(claim: str) -> tuple[str, int, str]:
     return prefix, int(digits or 0), rest
 
 
-def _table(name: str, claims: list[dict[str, Any]]) -> str:
+def _table(name: str, claims: list[dict[str, Any]], page_dir: Path, root: Path) -> str:
     """One printed table in the paper's rows and columns (rows in the inventory's order, which
     is the paper's; columns as ``TABLE_COLUMNS`` lists them): in each cell every claim's
     printed number and, per substrate, the kit's with its status."""
@@ -327,10 +339,10 @@ def _table(name: str, claims: list[dict[str, Any]]) -> str:
                 mine = [c for c in here if c["claim"] == claim]
                 entries.append(f'<div class="note">{_e(claim)}: paper '
                                f'{_e(mine[0].get("published", ""))}</div>')
-                entries += [f'<div {_attrs(c)}><span class="entry">'
+                entries += [f'<div {_attrs(c)}><details class="entry"><summary>'
                             f'{_e(c["substrate"] if c["substrate"] != "-" else "no substrate")}'
-                            f": {kit_number(c)} {_badge(c.get('status', ''))}</span></div>"
-                            for c in mine]
+                            f": {kit_number(c)} {_badge(c.get('status', ''))}</summary>"
+                            f"{_explain(c, page_dir, root)}</details></div>" for c in mine]
             cells.append(f'<td class="cell">{"".join(entries)}</td>')
         parts.append(f"<tr><th>{_e(row)}</th>{''.join(cells)}</tr>")
     parts.append("</table>")
@@ -342,7 +354,8 @@ def _section(study: str, section: str, claims: list[dict[str, Any]], page_dir: P
     parts = [f'<h3 id="{_section_id(study, section)}">{_e(section or "(no section)")}</h3>']
     in_tables = [c for c in claims if c.get("cell")]
     for table in _ordered(c["cell"]["table"] for c in in_tables):
-        parts.append(_table(table, [c for c in in_tables if c["cell"]["table"] == table]))
+        parts.append(_table(table, [c for c in in_tables if c["cell"]["table"] == table],
+                            page_dir, root))
     rest = [c for c in claims if not c.get("cell")]
     ran = [c for c in rest if c.get("status") != "not run here"]
     folded = [c for c in rest if c.get("status") == "not run here"]

@@ -78,6 +78,9 @@ td.evidence a,td.evidence span{display:block;font-size:12px}
 .filters{position:sticky;top:0;background:#fafafa;border:1px solid #ddd;padding:.4em .6em;
 z-index:1;font-size:13px}.filters label{margin-right:.6em;white-space:nowrap}.hidden{display:none}
 col.id{width:6em}col.sub{width:6.5em}col.st{width:9em}col.ev{width:11em}
+details.entry>summary{cursor:pointer}details.entry[open]{background:#f7f7fb}
+dl.explain{font-size:12px;margin:.3em 0;border-left:3px solid #bbc;padding-left:.5em}
+dl.explain dt{font-weight:600;color:#444}dl.explain dd{margin:0 0 .3em}
 """
 
 SCRIPT = """

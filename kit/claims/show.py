@@ -39,7 +39,9 @@ def print_details(outcomes: list[Outcome]) -> None:
     for o in outcomes:
         print(f"{o.claim} ({o.study}, {o.substrate}): {o.status}")
         fields = [("statement", o.statement), ("section", o.section),
-                  ("paper printed", o.published), ("kit", o.recomputed), ("rule", o.rule),
+                  ("paper printed", o.published), ("kit", o.recomputed),
+                  ("kit, as printed", o.printed if o.printed != o.recomputed else ""),
+                  ("rule", o.rule),
                   *(("threshold from", t) for t in o.thresholds),
                   ("note", o.note), ("evidence", ", ".join(f"{o.evidence_folder}/{e}"
                                                            for e in o.evidence))]

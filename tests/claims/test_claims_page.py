@@ -162,8 +162,25 @@ def test_the_kits_number_at_the_papers_precision_and_no_ratio_on_a_described_row
     claim = {"published": "82.75%", "recomputed": "88.6481",
              "effect": {"paper": 82.75, "kit": 88.648148, "ratio": 1.07}}
     assert kit_number(claim) == '<span title="88.648148">88.65%</span>'
-    assert kit_number({**claim, "published": "0.954"}) == '<span title="88.648148">88.648</span>'
+    assert kit_number({**claim, "published": "0.954", "effect": {
+        "paper": 0.954, "kit": 88.648148, "ratio": 1}}) == '<span title="88.648148">88.648</span>'
     assert kit_number({**claim, "effect": None}) == "88.6481"
+    # the paper's printed forms: an interval's confidence level is not its number, a pair
+    # and a k/n show the kit's second number, an interval computed as one stays one
+    ci = {"published": "95% CI [0.975, 0.992]", "recomputed": "0.995566",
+          "effect": {"paper": 0.975, "kit": 0.995566, "ratio": 1.02}}
+    assert kit_number(ci) == '<span title="0.995566">0.996</span>'
+    pair = {"published": "conservation 1.00/0.81", "recomputed": "1",
+            "effect": {"paper": 1.0, "kit": 1, "ratio": 1.0},
+            "halves": [{"label": "recall", "kit": 0.875, "paper": 0.81}]}
+    assert kit_number(pair) == '<span title="1.0">1.00/0.88</span>'
+    count = {"published": "180/180 fail", "recomputed": "168",
+             "effect": {"paper": 180, "kit": 168, "ratio": 0.93},
+             "halves": [{"label": "n", "kit": 168.0, "paper": 180.0}]}
+    assert kit_number(count) == '<span title="168.0">168/168</span>'
+    interval = {"published": "Wilson 95% CI [0.80,1.00]", "recomputed": "[0.796117, 1]",
+                "effect": {"paper": 0.8, "kit": [0.796117, 1.0], "ratio": None}}
+    assert kit_number(interval) == '<span title="[0.796117, 1]">[0.80, 1.00]</span>'
     assert effect_text(claim["effect"], "described") == "88.65 vs 82.75"
     assert effect_text(claim["effect"], "direction reproduced") == \
         "88.65 vs 82.75 (ratio 1.07x)"
