@@ -61,7 +61,7 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,7 @@ from kit.claims.rules import _name, _show, call, decide, effect, grade, status, 
 from kit.claims.rules import weakest as weakest
 from kit.corpus.recompute import CorpusEvidence
 from kit.drift.recompute_realdrift import SweepEvidence
-from kit.drift.shipped import Evidence
+from kit.drift.shipped import ControlNull, Evidence
 from kit.errors import KitError
 from kit.files import read_yaml
 from kit.sciml.recompute import SciEvidence
@@ -89,6 +89,9 @@ STUDIES: dict[str, tuple[type[Evidence] | type[SciEvidence] | type[SweepEvidence
     "drift": (Evidence, "score/score.json"), "sciml": (SciEvidence, "ledger.json"),
     "realdrift": (SweepEvidence, "sweep/cells.json"),
     "corpus": (CorpusEvidence, "corpus/cases.json")}
+
+# The nulls a substrate builds from its own evidence (``null_from: controls``).
+NULLS = {"controls": ControlNull}
 
 SCHEMA = schema.SCHEMAS / "claim_ledger.schema.json"
 STATUSES = ("reproduced", "by design", "direction reproduced", "direction reversed", "described",
@@ -229,16 +232,8 @@ def evaluate(ledger: dict[str, Any], root: Path, problems: list[str] | None = No
                         f"what this claim needs ({_name(rule['requires'])} is false)"))
                     continue
                 found = _decide_claim(claim, rule, evidence, bool(spec["paper"]), base, where)
-                if "null_evidence" in spec:
-                    null_folder = root / spec["null_evidence"]
-                    if not (null_folder / marker).is_file():
-                        raise KitError(f"{null_folder}: the null evidence the {substrate} "
-                                       "substrate names is missing; restore it with git "
-                                       "checkout claims")
-                    null = _evidence(null_folder, reader)
-                    found = against_null(found, partial(
-                        _decide_claim, claim, rule, null, bool(spec["paper"]), base, where))
-                outcomes.append(found)
+                outcomes.append(_behind_null(found, claim, rule, root, spec, reader, marker,
+                                             base, where))
             except KitError as exc:
                 if problems is None:
                     raise
@@ -246,6 +241,31 @@ def evaluate(ledger: dict[str, Any], root: Path, problems: list[str] | None = No
     if problems is not None:
         problems += [_failed(ids, substrate, why) for (substrate, why), ids in failed.items()]
     return outcomes
+
+
+def _behind_null(found: Outcome, claim: dict[str, Any], rule: dict[str, Any], root: Path,
+                 spec: dict[str, Any], reader: Any, marker: str, base: dict[str, Any],
+                 where: dict[str, Any]) -> Outcome:
+    """``found``, decided again on the substrate's null when it has one (``null_evidence``:
+    a folder of null subjects; ``null_from: controls``: its own evidence with every fault
+    undone) and capped by ``against_null``; a claim whose evidence is the null already
+    (``no_null``) says so in its note."""
+    if "null_evidence" not in spec and spec.get("null_from") != "controls":
+        return found
+    if "no_null" in claim:
+        return replace(found, note=f"{found.note}; no null: {claim['no_null']}")
+    if spec.get("null_from") == "controls":
+        null = _evidence(root / spec["evidence"], NULLS["controls"], "null")
+    else:
+        null_folder = root / spec["null_evidence"]
+        if not (null_folder / marker).is_file():
+            raise KitError(f"{null_folder}: the null evidence the {where['substrate']} "
+                           "substrate names is missing; restore it with git checkout claims")
+        null = _evidence(null_folder, reader)
+    who = "the unmutated controls" if "null_evidence" not in spec else "untrained subjects"
+    capped: Outcome = against_null(found, partial(
+        _decide_claim, claim, rule, null, bool(spec["paper"]), base, where), who)
+    return capped
 
 
 def _failed(ids: list[str], substrate: str, why: str) -> str:
@@ -338,13 +358,14 @@ def _revised(revised: dict[str, Any], claim: dict[str, Any], evidence: Any) -> s
 
 
 
-_CACHE: dict[Path, Any] = {}
+_CACHE: dict[tuple[Path, str], Any] = {}
 
 
-def _evidence(folder: Path, reader: Any) -> Any:
-    if folder not in _CACHE:
-        _CACHE[folder] = reader(folder)
-    return _CACHE[folder]
+def _evidence(folder: Path, reader: Any, kind: str = "") -> Any:
+    key = (folder, kind)
+    if key not in _CACHE:
+        _CACHE[key] = reader(folder)
+    return _CACHE[key]
 
 
 def clear_cache() -> None:

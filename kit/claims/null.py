@@ -3,7 +3,11 @@ be one that a subject which learned nothing fails.
 
 A substrate may name its ``null_evidence``: the evidence folder of the same study run on null
 subjects (the SciML study's: every subject untrained, the seeded initial weights of the
-same architectures, through the same probes; ``python -m kit sciml --models null``).
+same architectures, through the same probes; ``python -m kit sciml --models null``), or
+build its null from its own evidence (``null_from: controls``, the drift study's detector
+and fault rows: every injected fault undone, each fault case scored as its unmutated
+control; ``kit.drift.shipped.ControlNull``). A claim whose evidence is the null already (a
+false-alarm rate on the controls) names why in ``no_null``, shown in its note.
 Every claim that passes there with ``reproduced`` or a direction is decided again, by the
 same rule and recompute functions, on the null evidence. When the null passes too, the
 agreement is structural (the architecture or the probe, not anything learned): the row is
@@ -26,9 +30,10 @@ CAPPED = ("reproduced", "direction reproduced")  # what a passing null takes awa
 PASSES = ("reproduced", "by design", "direction reproduced", "consistent")
 
 
-def against_null(outcome: Any, decide: Any) -> Any:
+def against_null(outcome: Any, decide: Any, who: str = "untrained subjects") -> Any:
     """``outcome`` (one claim on a substrate with a null), capped at ``by design`` when
-    ``decide()`` (the same claim and rule on the null evidence) passes too."""
+    ``decide()`` (the same claim and rule on the null evidence) passes too; ``who``: the
+    null's subjects, as the note names them."""
     if outcome.status not in CAPPED:
         return outcome
     try:
@@ -39,8 +44,8 @@ def against_null(outcome: Any, decide: Any) -> Any:
         why = str(exc).replace(f"{ROOT}/", "")
         return replace(outcome, note=f"{outcome.note}; the null could not be decided ({why})")
     if null.status not in PASSES:
-        said = f"the null fails this rule (untrained subjects: {null.recomputed}, {null.status})"
+        said = f"the null fails this rule ({who}: {null.recomputed}, {null.status})"
         return replace(outcome, note=f"{outcome.note}; {said}")
-    said = (f"the null passes too: untrained subjects give {null.recomputed} ({null.status}), "
+    said = (f"the null passes too: {who} give {null.recomputed} ({null.status}), "
             f"so the agreement is structural; {outcome.status} without the null")
     return replace(outcome, status="by design", note=f"{said}; {outcome.note}")

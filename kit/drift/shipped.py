@@ -23,6 +23,43 @@ from kit.runfolder import inside, plain_name
 Array = np.ndarray[Any, Any]
 
 
+# A case's detector scores, and the true layer's ranks among the layer sketches.
+SCORES = ("e_o_norm", "e_t_norm", "metamorphic", "mixed", "maximum", "cosine", "ratio")
+RANKS = ("rank_direct", "rank_metamorphic", "rank_maximum")
+NO_RANKS = ("the null (unmutated controls) has no layer ranks: the run records no per-layer "
+            "sketches for its held-out controls")
+
+
+class _NoRanks(dict[str, Array]):
+    """A null's case table: its rank columns cannot be read (``NO_RANKS``)."""
+
+    def __getitem__(self, key: str) -> Array:
+        if key in RANKS:
+            raise KitError(NO_RANKS)
+        return super().__getitem__(key)
+
+
+def controls_in_place(table: dict[str, Array], where: str) -> dict[str, Array]:
+    """``table`` with every injected fault undone: each fault case's detector scores are
+    those of its unmutated control (the held-out clean case of the same model and image);
+    labels, roles and the rest stay. A fault case without its control is a KitError."""
+    fault, role = table["fault"], table["role"]
+    key = table["model"].astype(np.int64) * (1 << 32) + table["image"].astype(np.int64)
+    controls = np.flatnonzero((fault == analysis.CLEAN) & (role == analysis.HELDOUT))
+    order = controls[np.argsort(key[controls], kind="stable")]
+    faulty = np.flatnonzero(fault != analysis.CLEAN)
+    at = np.searchsorted(key[order], key[faulty])
+    found = (at < len(order)) & (key[order][np.minimum(at, len(order) - 1)] == key[faulty])
+    if not found.all():
+        raise KitError(f"{where}: a fault case has no unmutated control of its model and "
+                       "image, so no null can be built")
+    null = dict(table)
+    for column in SCORES:
+        null[column] = table[column].copy()
+        null[column][faulty] = table[column][order[at]]
+    return _NoRanks(null)
+
+
 class Evidence:
     """Lazy, checked access to one substrate's evidence folder."""
 
@@ -126,3 +163,20 @@ class Evidence:
             return {**reps, **engine.differences(reps)}
 
         return self.memo(f"bootstrap/{which}", compute)  # type: ignore[no-any-return]
+
+
+class ControlNull(Evidence):
+    """The null behind the detector and fault rows: the same evidence with every injected
+    fault undone (``controls_in_place``), read by the same recompute functions. A rule that
+    still passes here passes without any fault to find. The layer sketches and the rank
+    columns are not the controls' (none were recorded for them): reading either is a
+    KitError, so such rows keep their status and say that no null stands behind them."""
+
+    def _tables(self, name: str) -> dict[str, Array]:
+        base = Evidence._tables(self, name)
+        return self.memo(f"null/{name}",  # type: ignore[no-any-return]
+                         lambda: controls_in_place(base, f"{self.root}/{name}"))
+
+    @cached_property
+    def layers(self) -> dict[str, Array]:
+        raise KitError(NO_RANKS)
