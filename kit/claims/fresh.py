@@ -221,5 +221,8 @@ def verify_fresh(fresh: Path, status_only: bool = False, out: Path | None = None
     print_report(report)
     write_atomic(fresh / RECORD, canonical_json(report))
     page = write_replay_page(report, out or ROOT / "runs" / "replay" / "index.html", ok)
+    from kit.claims.page import relink
+
+    relink()  # the claims page links the replay, whichever command ran first
     print(f"replay: {'holds' if ok else 'FAILS'}; record {fresh / RECORD}, page {page}")
     return 0 if ok else 1

@@ -124,6 +124,7 @@ def _header(report: dict[str, Any]) -> list[str]:
 
 # Pages other commands write beside the claims page, linked when present.
 DEFAULT_PAGE = Path("runs") / "verify" / "index.html"
+LINKS = ("<!--kit:linked-->", "<!--/kit:linked-->")  # what relink rewrites
 # The page's mark: ``verify --page FILE`` replaces a file only when it carries it.
 GENERATOR = '<meta name="generator" content="python -m kit verify">'
 LINKED = (("runs/reports/index.html", "every study's report (python -m kit reports)"),
@@ -131,10 +132,27 @@ LINKED = (("runs/reports/index.html", "every study's report (python -m kit repor
 
 
 def _linked(page_dir: Path, root: Path) -> list[str]:
+    """Links to the kit's other pages that exist, between markers ``relink`` rewrites."""
     found = [(os.path.relpath(root / name, page_dir), text) for name, text in LINKED
              if (root / name).is_file()]
-    return [" · ".join(f'<a href="{_e(quote(Path(h).as_posix()))}">{_e(t)}</a>'
-                       for h, t in found)] if found else []
+    return [LINKS[0] + " · ".join(f'<a href="{_e(quote(Path(h).as_posix()))}">{_e(t)}</a>'
+                                  for h, t in found) + LINKS[1]]
+
+
+def relink(root: Path = ROOT) -> None:
+    """Link the kit's default claims page to the pages that exist now (``kit reports``
+    and a replay call it after writing theirs), so the page links the reports whichever
+    command ran first; a page the kit did not write, or none, is left alone."""
+    path = root / DEFAULT_PAGE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    start, end = text.find(LINKS[0]), text.find(LINKS[1])
+    if GENERATOR not in text[:1024] or start < 0 or end < start:
+        return
+    fresh = "".join(_linked(path.resolve().parent, root.resolve()))
+    write_atomic(path, (text[:start] + fresh + text[end + len(LINKS[1]):]).encode())
 
 
 def _studies_in(report: dict[str, Any]) -> list[str]:

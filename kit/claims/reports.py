@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kit.claims.page import relink
 from kit.errors import KitError
 from kit.files import read_json, sha256, write_atomic
 from kit.owned import publish, staged, written
@@ -135,4 +136,5 @@ def write_reports(out: Path) -> Path:
         pages = {r: r.render(ROOT / r.evidence, staging / r.name) for r in REPORTS}
         write_atomic(staging / "index.html", index_page(pages, staging).encode())
         publish(staging, out, "python -m kit reports")
+    relink()  # the claims page links the reports, whichever command ran first
     return out / "index.html"

@@ -263,3 +263,23 @@ def test_the_reports_and_the_replay_page_are_linked_when_present(tmp_path: Path)
     text = write_page(small_report(), page, root).read_text()
     assert '<a href="../reports/index.html">every study&#x27;s report' in text
     assert "runs/replay" not in text
+
+
+def test_the_page_links_the_reports_whichever_command_ran_first(tmp_path: Path) -> None:
+    """verify, then reports: the page written first links the reports once they exist
+    (``relink``); a page at that path that the kit did not write is left alone."""
+    from kit.claims.page import DEFAULT_PAGE, relink
+
+    root = evidence_root(tmp_path)
+    page = write_page(small_report() | {"ok": True, "problems": []}, root / DEFAULT_PAGE, root)
+    assert "../reports/index.html" not in page.read_text()
+    (root / "runs" / "reports").mkdir(parents=True)
+    (root / "runs" / "reports" / "index.html").write_text("<html></html>")
+    relink(root)
+    text = page.read_text()
+    assert '<a href="../reports/index.html">every study&#x27;s report' in text
+    assert text.count("<!--kit:linked-->") == 1
+    theirs = "<html>the user's page</html>"
+    page.write_text(theirs)
+    relink(root)
+    assert page.read_text() == theirs
