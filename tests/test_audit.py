@@ -149,10 +149,39 @@ def test_bad_input_is_a_clear_error_before_anything_runs(make: str, says: str,
     assert not out.exists()
 
 
+def test_a_small_output_is_judged_at_its_own_scale_and_its_flips_decide() -> None:
+    """An output of order 1e-6 whose argmax flips on every input was "within clean drift"
+    when scores divided by max(1, |a|); judged at its own scale, and by its flips, it is
+    beyond. An integer output is compared exactly; an infinity on one side alarms."""
+    alarm = PROTOCOL["alarm"]
+    rng = np.random.default_rng(2)
+    base = rng.uniform(0, 1, (32, 5)) * 1e-6
+    clean = [(base, base * (1 + rng.uniform(-1e-7, 1e-7, base.shape))) for _ in range(4)]
+    moved = base.copy()
+    moved[np.arange(32), base.argmax(axis=1)] = 0.0  # each input's top class drops to 0
+    found = calibrate(clean, (base, moved), 16, alarm)
+    assert found.scale == pytest.approx(np.median(base.max(axis=1)))
+    assert found.flip_rate == 1.0
+    assert found.clean_flip_rate == 0.0
+    word, why = verdict({"y": found}, alarm["false_alarm_rate"])
+    assert word == "beyond clean drift"
+    assert "y's argmax moves on 100% of inputs" in why
+    labels = np.arange(32)[:, None] % 3
+    assert scores(labels, labels).tolist() == [0.0] * 32
+    other = labels.copy()
+    other[5] += 1
+    assert scores(labels, other)[5] == np.inf
+    assert scores(labels, other)[4] == 0.0
+    ones = np.ones((2, 3))
+    assert scores(ones, np.where([[0, 1, 0], [0, 0, 0]], np.inf, ones)).tolist() == [np.inf, 0]
+    strings = np.array([["a"], ["b"]])
+    assert scores(strings, np.array([["a"], ["c"]])).tolist() == [0.0, np.inf]
+
+
 def test_scores_and_the_median_envelope() -> None:
     a = np.array([[1.0, 2.0], [10.0, 0.0], [np.nan, 1.0]])
     b = np.array([[1.0, 2.5], [10.0, 0.1], [np.nan, 1.0]])
-    assert scores(a, b).tolist() == [0.25, 0.01, 0.0]
+    assert scores(a, b).tolist() == [0.25, 0.05, 0.0]  # at the output's scale: 2
     assert scores(a, np.array([[1.0, 2.0], [10.0, 0.0], [0.0, 1.0]]))[2] == np.inf
     alarm = PROTOCOL["alarm"]
     rng = np.random.default_rng(1)

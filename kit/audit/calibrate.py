@@ -1,7 +1,13 @@
 """The audit's calibrated verdict, from outputs already computed (``kit/protocols/audit.yaml``).
 
-A score per input compares two cells' outputs: the largest difference at the output's
-scale, ``max |a - b| / max(1, max |a|)`` over the input's elements. The clean pairs (each
+A score per input compares two cells' outputs: the largest difference at the output's own
+clean scale, ``max |a - b| / s`` over the input's elements, where ``s`` is the median over
+the inputs of the ``from`` side's largest magnitude (``output_scale``; 1 for an output
+that is zero everywhere), so an output of order 1e-6 is judged at its scale, not at 1.
+A NaN or an infinity on one side only is infinitely far; an integer, boolean or string
+output is compared exactly (0 or infinitely far). For a score vector (inputs, classes)
+the argmax flips decide too: the audited pair is beyond clean drift when its flips exceed
+the matched false-alarm rate and the clean pairs' median flip share. The clean pairs (each
 side against the same release at its other levels and at two threads) calibrate on the
 first half of the inputs: per output, ``tau = max(margin x the median over the pairs of
 each pair's largest score, floor)``; the median, so that a level pair inside a release
@@ -32,19 +38,42 @@ def reshaped(a: Array, b: Array) -> str:
     return f"{a.dtype}{list(a.shape)} against {b.dtype}{list(b.shape)}"
 
 
-def scores(a: Array, b: Array) -> Array:
-    """Per input (first axis): ``max |a - b| / max(1, max |a|)``; NaN where one side is NaN
-    and the other is not counts as infinitely far, and so does every input of two arrays
-    whose shapes differ (``reshaped``)."""
-    if np.asarray(a).shape[1:] != np.asarray(b).shape[1:]:
+def numeric(a: Array) -> bool:
+    return np.asarray(a).dtype.kind in "fc"
+
+
+def output_scale(a: Array) -> float:
+    """One output's clean scale: the median over the inputs of the largest finite
+    magnitude (1 when that is zero, or the output is not floating point)."""
+    a = np.asarray(a)
+    if not numeric(a) or a.size == 0:
+        return 1.0
+    flat = np.abs(np.asarray(a, np.float64).reshape(len(a), -1))
+    largest = np.max(np.where(np.isfinite(flat), flat, 0.0), axis=1, initial=0.0)
+    scale = float(np.median(largest))
+    return scale if scale > 0 else 1.0
+
+
+def scores(a: Array, b: Array, scale: float | None = None) -> Array:
+    """Per input (first axis): ``max |a - b| / scale`` (default ``output_scale(a)``); a NaN
+    or an infinity where the other side has none counts as infinitely far, and so does
+    every input of two arrays whose shapes differ (``reshaped``); an integer, boolean or
+    string output scores 0 where the two sides are equal and infinity elsewhere."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape[1:] != b.shape[1:]:
         return np.full(len(a), np.inf)
+    if not (numeric(a) and numeric(b)):
+        same = np.array([np.array_equal(x, y) for x, y in zip(a, b, strict=True)], bool)
+        return np.where(same, 0.0, np.inf)
     a64, b64 = (np.asarray(x, np.float64).reshape(len(x), -1) for x in (a, b))
     nan_a, nan_b = np.isnan(a64), np.isnan(b64)
-    diff = np.where(nan_a & nan_b, 0.0, np.abs(a64 - b64))
+    with np.errstate(invalid="ignore"):
+        diff = np.where(nan_a & nan_b, 0.0, np.abs(a64 - b64))
     diff = np.where(nan_a ^ nan_b, np.inf, diff)
-    scale = np.maximum(1.0, np.nanmax(np.abs(np.where(np.isinf(a64), 0, a64)), axis=1,
-                                      initial=0.0))
-    found: Array = np.nanmax(diff, axis=1, initial=0.0) / scale
+    inf_a, inf_b = np.isinf(a64), np.isinf(b64)
+    diff = np.where(inf_a & inf_b & (a64 == b64), 0.0, diff)  # the same infinity: equal
+    diff = np.where(inf_a ^ inf_b, np.inf, diff)
+    found: Array = np.nanmax(diff, axis=1, initial=0.0) / (scale or output_scale(a))
     return found
 
 
@@ -60,17 +89,21 @@ class Calibration:
     audited_max: float
     identical_share: float
     reshaped: str = ""  # the two sides' shapes and dtypes, where a release changed them
+    scale: float = 1.0  # the output's clean scale (``output_scale`` of the from side)
+    flip_rate: float | None = None  # the audited pair's share of inputs whose argmax moved
+    clean_flip_rate: float | None = None  # the clean pairs' median share
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: an infinite score (a changed shape) as None."""
-        return {k: list(v) if isinstance(v, tuple) else v if isinstance(v, str)
+        return {k: list(v) if isinstance(v, tuple) else v if isinstance(v, str) or v is None
                 else float(v) if np.isfinite(v) else None for k, v in self.__dict__.items()}
 
 
 def calibrate(clean: list[tuple[Array, Array]], audited: tuple[Array, Array], n_cal: int,
               alarm: dict[str, Any]) -> Calibration:
     """The threshold from the clean pairs' calibration rows and the rates under it."""
-    clean_scores = np.stack([scores(a, b) for a, b in clean]) if clean else \
+    scale = output_scale(audited[0])
+    clean_scores = np.stack([scores(a, b, scale) for a, b in clean]) if clean else \
         np.zeros((0, len(audited[0])))
     per_pair = clean_scores[:, :n_cal].max(axis=1, initial=0.0)
     clean_max = float(np.median(per_pair)) if len(per_pair) else 0.0
@@ -78,8 +111,11 @@ def calibrate(clean: list[tuple[Array, Array]], audited: tuple[Array, Array], n_
     held_rates = (clean_scores[:, n_cal:] > tau).mean(axis=1) if clean_scores.shape[1] > n_cal \
         else np.zeros(len(clean_scores))
     rate = alarm["false_alarm_rate"]
-    audited_scores = scores(*audited)
+    audited_scores = scores(*audited, scale)
     changed = reshaped(*audited)
+    flipped = None if changed else flips(np.asarray(audited[0]), np.asarray(audited[1]))
+    clean_flips = [flips(np.asarray(a), np.asarray(b)) for a, b in clean
+                   if not reshaped(a, b)]
     flat_a = np.asarray(audited[0]).reshape(len(audited[0]), -1)
     flat_b = np.asarray(audited[1]).reshape(len(audited[1]), -1)
     same = np.zeros(len(flat_a), bool) if changed else np.array(
@@ -90,7 +126,10 @@ def calibrate(clean: list[tuple[Array, Array]], audited: tuple[Array, Array], n_
                        unstable=tuple(int(i) for i in np.flatnonzero(held_rates > rate)),
                        audited_rate=float((audited_scores > tau).mean()),
                        audited_max=float(audited_scores.max(initial=0.0)),
-                       identical_share=float(same.mean()), reshaped=changed)
+                       identical_share=float(same.mean()), reshaped=changed, scale=scale,
+                       flip_rate=None if flipped is None else flipped / len(flat_a),
+                       clean_flip_rate=None if flipped is None else float(np.median(
+                           [f / len(flat_a) for f in clean_flips if f is not None] or [0.0])))
 
 
 def verdict(calibrations: dict[str, Calibration], rate: float) -> tuple[str, str]:
@@ -108,11 +147,15 @@ def verdict(calibrations: dict[str, Calibration], rate: float) -> tuple[str, str
             f"{', '.join(failing)}, above the matched false-alarm rate {rate:.0%}: the "
             "model's clean drift is not stable enough across its inputs to calibrate on")
     beyond = [name for name, c in calibrations.items() if c.audited_rate > rate]
-    if beyond:
-        return "beyond clean drift", "the audited pair alarms on " + ", ".join(
-            f"{n} ({calibrations[n].audited_rate:.0%} of inputs, max score "
-            f"{calibrations[n].audited_max:.3g} > tau {calibrations[n].tau:.3g})"
-            for n in beyond)
+    flipping = [name for name, c in calibrations.items() if c.flip_rate is not None
+                and c.flip_rate > max(rate, c.clean_flip_rate or 0.0)]
+    if beyond or flipping:
+        said = [f"{n} ({calibrations[n].audited_rate:.0%} of inputs, max score "
+                f"{calibrations[n].audited_max:.3g} > tau {calibrations[n].tau:.3g})"
+                for n in beyond]
+        said += [f"{n}'s argmax moves on {calibrations[n].flip_rate:.0%} of inputs (the "
+                 f"clean pairs: {calibrations[n].clean_flip_rate or 0:.0%})" for n in flipping]
+        return "beyond clean drift", "the audited pair alarms on " + "; ".join(said)
     return "within clean drift", (
         "every output stays under its threshold on at least "
         f"{1 - rate:.0%} of the inputs (largest audited score "
@@ -120,9 +163,10 @@ def verdict(calibrations: dict[str, Calibration], rate: float) -> tuple[str, str
 
 
 def flips(a: Array, b: Array) -> int | None:
-    """Inputs whose argmax differs, where the output is a score vector (inputs, classes,
-    then only axes of size 1); None otherwise."""
-    if a.ndim < 2 or a.shape[1] < 2 or any(n != 1 for n in a.shape[2:]):
+    """Inputs whose argmax differs, where the output is a floating-point score vector
+    (inputs, classes, then only axes of size 1); None otherwise."""
+    if a.ndim < 2 or a.shape[1] < 2 or any(n != 1 for n in a.shape[2:]) \
+            or not numeric(a) or a.shape != b.shape:
         return None
     a, b = a.reshape(len(a), -1), b.reshape(len(b), -1)
     return int((np.argmax(a, axis=1) != np.argmax(b, axis=1)).sum())
