@@ -33,6 +33,8 @@ from kit.claims.page_style import (
     UNKNOWN,
 )
 from kit.claims.printed import printed
+from kit.claims.tables import load_tables
+from kit.errors import KitError
 from kit.files import write_atomic
 from kit.owned import write_named_file
 from kit.paths import ROOT
@@ -336,10 +338,52 @@ def _claim_number(claim: str) -> tuple[str, int, str]:
     return prefix, int(digits or 0), rest
 
 
+def _entries(claims: list[dict[str, Any]], page_dir: Path, root: Path) -> str:
+    """One cell's claims: each claim's printed number, then per substrate the kit's (in the
+    paper's printed form) with its status, opening to why (``_explain``)."""
+    entries = []
+    for claim in _ordered(c["claim"] for c in claims):
+        mine = [c for c in claims if c["claim"] == claim]
+        entries.append(f'<div class="note">{_e(claim)}: paper '
+                       f'{_e(mine[0].get("published", ""))}</div>')
+        entries += [f'<div {_attrs(c)}><details class="entry"><summary>'
+                    f'{_e(c["substrate"] if c["substrate"] != "-" else "no substrate")}'
+                    f": {kit_number(c)} {_badge(c.get('status', ''))}</summary>"
+                    f"{_explain(c, page_dir, root)}</details></div>" for c in mine]
+    return "".join(entries)
+
+
+def _printed_table(name: str, printed: dict[str, Any], claims: list[dict[str, Any]],
+                   page_dir: Path, root: Path) -> str:
+    """A table as the paper printed it (``kit.claims.tables``): every column and row label,
+    each cell's printed text, the kit's numbers for that cell beneath it."""
+    keys = printed.get("column_keys", {})
+    parts = [f"<h4>{_e(name)}, as printed</h4><p class=\"note\">{_e(printed['caption'])}</p>"
+             "<table><tr>" + "".join(f"<th>{_e(col)}</th>" for col in printed["columns"])
+             + "</tr>"]
+    for row in printed["rows"]:
+        cells = [f"<th>{_e(row['label'])}</th>"]
+        for column, text in zip(printed["columns"][1:], row["cells"], strict=True):
+            here = [c for c in claims if c["cell"]["row"] in row["keys"]
+                    and c["cell"]["column"] == keys.get(column, column)]
+            cells.append(f'<td class="cell"><div class="printed">{_e(text)}</div>'
+                         f"{_entries(here, page_dir, root)}</td>")
+        parts.append(f"<tr>{''.join(cells)}</tr>")
+    parts.append("</table>")
+    return "".join(parts)
+
+
 def _table(name: str, claims: list[dict[str, Any]], page_dir: Path, root: Path) -> str:
     """One printed table in the paper's rows and columns (rows in the inventory's order, which
     is the paper's; columns as ``TABLE_COLUMNS`` lists them): in each cell every claim's
-    printed number and, per substrate, the kit's with its status."""
+    printed number and, per substrate, the kit's with its status. Drawn whole, as printed,
+    when the transcription holds it (``_printed_table``)."""
+    try:
+        printed = load_tables(root).get((claims[0]["study"], name))
+    except KitError:  # verify names the problem; the page falls back to the claims' cells
+        printed = None
+    if printed is not None:
+        return _printed_table(name, printed, claims, page_dir, root)
     first: dict[str, str] = {}
     for c in sorted(claims, key=lambda c: _claim_number(c["claim"])):
         first.setdefault(c["cell"]["row"], c["claim"])
@@ -349,19 +393,9 @@ def _table(name: str, claims: list[dict[str, Any]], page_dir: Path, root: Path) 
     parts = [f"<h4>{_e(name)}, in the paper's layout</h4><table><tr><th></th>"
              + "".join(f"<th>{_e(col)}</th>" for col in columns) + "</tr>"]
     for row in first:
-        cells = []
-        for column in columns:
-            here = [c for c in claims if (c["cell"]["row"], c["cell"]["column"]) == (row, column)]
-            entries = []
-            for claim in _ordered(c["claim"] for c in here):
-                mine = [c for c in here if c["claim"] == claim]
-                entries.append(f'<div class="note">{_e(claim)}: paper '
-                               f'{_e(mine[0].get("published", ""))}</div>')
-                entries += [f'<div {_attrs(c)}><details class="entry"><summary>'
-                            f'{_e(c["substrate"] if c["substrate"] != "-" else "no substrate")}'
-                            f": {kit_number(c)} {_badge(c.get('status', ''))}</summary>"
-                            f"{_explain(c, page_dir, root)}</details></div>" for c in mine]
-            cells.append(f'<td class="cell">{"".join(entries)}</td>')
+        cells = ['<td class="cell">' + _entries(
+            [c for c in claims if (c["cell"]["row"], c["cell"]["column"]) == (row, column)],
+            page_dir, root) + "</td>" for column in columns]
         parts.append(f"<tr><th>{_e(row)}</th>{''.join(cells)}</tr>")
     parts.append("</table>")
     return "".join(parts)

@@ -81,6 +81,7 @@ col.id{width:6em}col.sub{width:6.5em}col.st{width:9em}col.ev{width:11em}
 details.entry>summary{cursor:pointer}details.entry[open]{background:#f7f7fb}
 dl.explain{font-size:12px;margin:.3em 0;border-left:3px solid #bbc;padding-left:.5em}
 dl.explain dt{font-weight:600;color:#444}dl.explain dd{margin:0 0 .3em}
+.printed{font-size:12px;color:#333;margin-bottom:3px}
 """
 
 SCRIPT = """

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kit.claims import tables
 from kit.claims.coverage import (
     RESTORE,
     check_manifests,
@@ -64,7 +65,7 @@ def check_schemas(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
 
     for card in sorted(CARDS.glob("*.yaml")):
         problems += collect(_card_problems, card)
-    return problems
+    return problems + tables.problems(root, ledgers)
 
 
 def _card_problems(path: Path) -> list[str]:
