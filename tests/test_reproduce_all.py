@@ -248,6 +248,7 @@ def test_a_state_file_that_is_not_the_kits_is_refused_by_name(tmp_path: Path,
     state = tmp_path / "runs" / "reproduce-all" / "state.json"
     state.parent.mkdir(parents=True)
     state.write_text(text)
+    (state.parent / ".lock").touch()  # the kit's folder, its state damaged
     proc = kit("reproduce-all", "--plan", "--runs", str(tmp_path / "runs"), "--only", "drift")
     assert proc.returncode == 2
     assert f"kit: error: {state}: " in proc.stderr

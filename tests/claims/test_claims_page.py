@@ -2,7 +2,8 @@
 text, relative evidence links, and a page that headless Chromium renders (not blank,
 every id in the DOM).
 
-Also covers ``kit.claims.page`` and ``kit.claims.page_style`` (no test files of their own)."""
+Also covers ``kit.claims.page``, ``kit.claims.page_cells`` and ``kit.claims.page_style`` (no test
+files of their own)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from kit.claims.page import STATUSES, effect_text, kit_number, write_page
+from kit.claims.page import STATUSES, write_page
+from kit.claims.page_cells import effect_text, kit_number
 from tests.browser import chromium_path as _chromium
 from tests.browser import headless as _headless
 

@@ -247,6 +247,7 @@ def test_a_damaged_stage_record_names_the_file_and_the_fix(
     record = root / "fetch" / "fetch.json"
     record.parent.mkdir(parents=True)
     record.write_bytes(damage)
+    (root / ".lock").touch()  # a run folder the kit made
     assert main(["stage", "split", "--run", str(root), "--protocol",
                  str(tiny_protocol(tmp_path))]) == 2
     err = capsys.readouterr().err
@@ -269,6 +270,7 @@ def test_a_stage_that_fails_leaves_no_record_of_an_earlier_finish(
     (run.stage("fetch") / "fetch.json").write_text(json.dumps(fetch_record()))
     (run.stage("split")).mkdir()
     (run.stage("split") / "split.json").write_text('{"rows": []}')
+    (run.root / ".lock").touch()  # a run folder the kit made
 
     def half_way(protocol: dict[str, object], run: Run) -> dict[str, object]:
         raise KitError("killed half way")
