@@ -621,6 +621,7 @@ def test_compare_names_a_run_manifest_that_cannot_be_read(
     for folder in (first, second):
         write_npz(folder / "score/t.npz", {"a": np.arange(3)})
         write_manifest(folder)
+        (folder / ".lock").touch()  # run folders the kit made
     (first / "manifest.json").write_text('{"files": {"score/t.npz": ')
     assert main(["verify", "--compare", str(first), str(second)]) == 2
     err = capsys.readouterr().err
