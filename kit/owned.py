@@ -10,8 +10,10 @@ mode is left as it is.
 that removes it afterwards), into ``out``: every check
 comes first, then each file is renamed into place (each rename is atomic), the files the
 previous mark listed and the new set lacks are removed, and the mark (``MARK``: the
-command and the sha256 of every file it wrote) is written last, so an interrupted publish
-leaves the previous mark, which still names only files the kit wrote.
+command and the sha256 of every file it wrote) is written last. Before the first file
+moves, an intent mark lists every file of both sets with the sha256 each may hold (the old
+or the new), so a publish killed at any moment leaves a folder whose every file the mark
+accounts for: the next run takes it as the kit's and finishes the change.
 """
 
 from __future__ import annotations
@@ -59,6 +61,17 @@ def written(out: Path) -> dict[str, str]:
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         raise KitError(f"{mark}: not a record of what the kit wrote; name another folder")
     return files
+
+
+def _intended(out: Path) -> dict[str, str]:
+    """What an interrupted publish's intent mark says a file may also hold (name ->
+    sha256 of its previous content); empty after a finished publish."""
+    try:
+        record = read_json(out / MARK)
+    except KitError:
+        return {}
+    previous = record.get("previous") if isinstance(record, dict) else None
+    return previous if isinstance(previous, dict) else {}
 
 
 def claim(out: Path, command: str) -> Path:
@@ -123,7 +136,11 @@ def publish(staging: Path, out: Path, command: str) -> dict[str, str]:
         before = written(out)
         new = {p.relative_to(staging).as_posix(): p for p in sorted(staging.rglob("*"))
                if p.is_file()}
-        _refuse_foreign(out, before, new)
+        _refuse_foreign(out, before, new, _intended(out))
+        intent = {name: sha256(path) for name, path in new.items()}
+        write_atomic(out / MARK, canonical_json({  # every file may be old or new from here
+            "command": command, "files": {**before, **intent},
+            "previous": {name: sha for name, sha in before.items() if intent.get(name) != sha}}))
         for name, path in new.items():
             target = out / name
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -140,9 +157,11 @@ def publish(staging: Path, out: Path, command: str) -> dict[str, str]:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _refuse_foreign(out: Path, before: dict[str, str], new: dict[str, Path]) -> None:
+def _refuse_foreign(out: Path, before: dict[str, str], new: dict[str, Path],
+                    previous: dict[str, str]) -> None:
     """Before anything moves: a user's file where the kit would write, and a file the kit
-    wrote that was changed since, are refused by name."""
+    wrote that was changed since, are refused by name (a file an interrupted publish left
+    with its ``previous`` content is the kit's)."""
     for name in sorted(set(new) | set(before)):
         target = out / name
         if not target.exists() and not target.is_symlink():
@@ -150,6 +169,7 @@ def _refuse_foreign(out: Path, before: dict[str, str], new: dict[str, Path]) -> 
         if name not in before:
             raise KitError(f"{target}: a file the kit did not write stands where it would "
                            "write; move it, or name another folder")
-        if target.is_symlink() or not target.is_file() or sha256(target) != before[name]:
+        if target.is_symlink() or not target.is_file() or \
+                sha256(target) not in (before[name], previous.get(name)):
             raise KitError(f"{target}: changed since the kit wrote it; move it, or name "
                            "another folder")
