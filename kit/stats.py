@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 Array = np.ndarray[Any, Any]
 
@@ -41,6 +40,8 @@ def bootstrap_interval(x: Array, statistic: Callable[..., Any], seed: int,
     """Percentile bootstrap interval of ``statistic(sample, axis=-1)`` over resamples of a
     one-dimensional sample: ``scipy.stats.bootstrap``, whose resamples are the ones
     ``draw_indices`` draws from the same seed (tested)."""
+    from scipy import stats  # imported where used: verify --claim rarely needs it
+
     result = stats.bootstrap((np.asarray(x, float),), statistic, n_resamples=resamples,
                              confidence_level=confidence, method="percentile",
                              random_state=np.random.default_rng(seed))
@@ -49,6 +50,8 @@ def bootstrap_interval(x: Array, statistic: Callable[..., Any], seed: int,
 
 def wilson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval of a pass rate."""
+    from scipy import stats
+
     interval = stats.binomtest(successes, trials).proportion_ci(confidence, method="wilson")
     return float(interval.low), float(interval.high)
 
@@ -56,5 +59,7 @@ def wilson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float
 def clopper_pearson(successes: int, trials: int, confidence: float = 0.95
                     ) -> tuple[float, float]:
     """Clopper-Pearson (exact) interval of a share."""
+    from scipy import stats
+
     interval = stats.binomtest(successes, trials).proportion_ci(confidence, method="exact")
     return float(interval.low), float(interval.high)

@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 Array = np.ndarray[Any, Any]
 PI = np.pi
@@ -148,6 +147,8 @@ def l2(values: Array, area: Array) -> float:
 
 def loglog_fit(h: list[float], floor: list[float]) -> dict[str, Any]:
     """Slope of log floor on log h with its 95% t interval and R^2 (scipy linregress)."""
+    from scipy import stats  # imported where used: verify loads this module
+
     fit = stats.linregress(np.log(h), np.log(floor))
     t = stats.t.ppf(1 - 0.05 / 2, len(h) - 2)  # two-sided 95%
     return {"slope": float(fit.slope),

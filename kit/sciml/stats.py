@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from kit.stats import bootstrap_interval, clopper_pearson, wilson
 
@@ -42,6 +41,8 @@ def stat_scores(pairs: Iterable[tuple[bool, bool]]) -> dict[str, int]:
 
 def wilcoxon(x: Array, y: Array) -> float:
     """Two-sided Wilcoxon signed-rank p-value of paired samples."""
+    from scipy import stats  # imported where used: verify loads this module
+
     return float(stats.wilcoxon(x, y).pvalue)
 
 
