@@ -1,5 +1,5 @@
 """``python -m kit audit`` (kit.audit.command, kit.audit.model, kit.audit.calibrate,
-kit.audit.screen, and its benchmark kit.audit.bench): end to end on the two releases the
+kit.audit.screen, kit.audit.oracle, and its benchmark kit.audit.bench): end to end on the two releases the
 default tests build, with a small conv net (within clean drift) and with the corpus's
 Pad-into-AveragePool case (beyond it, localised, named by the screen); the screen on every
 corpus case; the refusals before anything runs; the calibration's arithmetic."""
@@ -81,6 +81,10 @@ def test_a_known_defect_is_beyond_clean_drift_localised_and_named(tmp_path: Path
     assert (row["case"], row["from"], row["to"], row["fixed_in"]) == \
         ("pad-avgpool-fusion", "affected", "fixed", "1.21.1")
     assert record["known_defects_affecting"] == ["pad-avgpool-fusion"]
+    # onnx's reference implementation sides with the release that fixed the defect
+    assert record["oracle"]["ran"]
+    assert record["oracle"]["outputs"]["y"]["closer"] == "to"
+    assert "Which side is right" in (out / "index.html").read_text()
     # inside the affected release the level pair that fuses carries the defect: named
     unstable = [record["clean_pairs"][i] for i in record["outputs"]["y"]["unstable"]]
     assert "1.20.1/enable_all/t1 vs 1.20.1/disable_all/t1" in unstable
@@ -176,6 +180,43 @@ def test_a_small_output_is_judged_at_its_own_scale_and_its_flips_decide() -> Non
     assert scores(ones, np.where([[0, 1, 0], [0, 0, 0]], np.inf, ones)).tolist() == [np.inf, 0]
     strings = np.array([["a"], ["b"]])
     assert scores(strings, np.array([["a"], ["c"]])).tolist() == [0.0, np.inf]
+
+
+def test_the_reference_oracle_names_the_side_nearer_to_it() -> None:
+    """``kit.audit.oracle`` on a Conv + Relu model: the oracle runs in float64; the side
+    equal to it is nearer, two equal sides are neither, a model it cannot run is said so."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from kit.audit.oracle import judge_sides, which_side
+
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((2, 1, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 2, 4, 4])],
+        [numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    x = rng.standard_normal((6, 1, 4, 4)).astype(np.float32)
+    from onnx.reference import ReferenceEvaluator
+
+    right = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    wrong = right + 1e-2
+    found = judge_sides(model, {"x": x}, {"y": wrong}, {"y": right})
+    assert (found["ran"], found["precision"], found["inputs"]) == (True, "float64", 4)
+    assert found["outputs"]["y"]["closer"] == "to"
+    assert found["outputs"]["y"]["from_error"] == pytest.approx(1e-2, rel=1e-3)
+    assert judge_sides(model, {"x": x}, {"y": right}, {"y": right})["outputs"]["y"][
+        "closer"] == "neither"
+    assert which_side(right, right[:, :1], right)["closer"] == "cannot tell (shapes differ)"
+    odd = helper.make_model(helper.make_graph(
+        [helper.make_node("NoSuchOp", ["x"], ["y"], domain="kit.test")], "g",
+        graph.input, graph.output), opset_imports=[helper.make_opsetid("", 13),
+                                                   helper.make_opsetid("kit.test", 1)])
+    failed = judge_sides(odd, {"x": x}, {"y": right}, {"y": right})
+    assert not failed["ran"]
+    assert failed["why"].startswith("onnx.reference could not run the model (")
 
 
 def test_scores_and_the_median_envelope() -> None:

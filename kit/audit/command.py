@@ -11,7 +11,8 @@ clean drift, where first, and does a known defect touch it.
    the two audited cells and the clean pairs of ``kit/protocols/audit.yaml``.
 4. Per output: largest absolute and relative difference, bit-identical share, argmax
    flips, Polygraphy's default verdict, the calibrated verdict (``kit.audit.calibrate``);
-   the first node that leaves its clean envelope.
+   the first node that leaves its clean envelope; which side onnx's reference
+   implementation sides with (``kit.audit.oracle``).
 5. ``audit.json`` and ``index.html`` in the report folder. Exit 0 within clean drift, 1
    beyond it, when it cannot calibrate, or on an affected known defect; 2 on an error.
 """
@@ -36,6 +37,7 @@ from kit.audit.model import (
     parse_cell,
     probe,
 )
+from kit.audit.oracle import judge_sides
 from kit.audit.screen import screen
 from kit.errors import KitError
 from kit.files import canonical_json, load_npz, write_atomic, write_npz
@@ -129,13 +131,15 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     rows = {name: {**c.as_dict(), **describe(outputs[(sides["from"], "plain")][name],
                                              outputs[(sides["to"], "plain")][name], name)}
             for name, c in plain.items()}
+    oracle = judge_sides(model, arrays, outputs[(sides["from"], "plain")],
+                         outputs[(sides["to"], "plain")])
     probed = judge("probe")
     for path in work.glob("outputs/*/*/probe-*"):  # every activation of every input: scored
         path.unlink()
     pairs = [f"{side.name} vs {p.name}" for key, side in sides.items() for p in partners[key]]
     return {"verdict": found, "why": why, "outputs": rows, "inputs_n": n, "calibration_n": n_cal,
             "clean_pairs": pairs,
-            "cells": [c.name for c in cells], "exposed": len(exposed),
+            "cells": [c.name for c in cells], "exposed": len(exposed), "oracle": oracle,
             "first_moving": first_moving(probed, exposed, rate)}
 
 
@@ -224,6 +228,15 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
               f"{r['tau']:.3g}", f"{r['audited_rate']:.0%}",
               "; ".join(pairs[i] for i in r["unstable"]) or "none"]
              for n, r in record["outputs"].items()], note=record["why"]))
+        oracle = record.get("oracle") or {}
+        sections.append(PageTable(
+            "Which side is right (onnx.reference)", ["output", "from's error", "to's error",
+                                                     "nearer the reference"],
+            [[n, _g(r["from_error"]), _g(r["to_error"]), r["closer"]]
+             for n, r in oracle.get("outputs", {}).items()],
+            note=(f"the reference implementation on the last {oracle.get('inputs')} inputs, "
+                  f"{oracle.get('precision')}") if oracle.get("ran") else
+            oracle.get("why", "not run")))
         moving = record.get("first_moving")
         sections.append(PageTable(
             "Where it first moves", ["node", "op", "inputs", "alarm share"],

@@ -1,0 +1,109 @@
+"""Which side is right: onnx's reference implementation as a third oracle.
+
+When two releases disagree, neither is the truth. ``onnx.reference.ReferenceEvaluator``
+(numpy, written from the operator specification, no optimisation passes) runs the plain
+model on the last ``ORACLE_INPUTS`` inputs (held-out ones: the calibration takes the
+first), in float64 where the model converts (every float32 initializer, constant, input,
+output, value and ``Cast`` to float widened: ``widened``), else as it is. Per output, each
+side's largest absolute difference from the oracle over those inputs is recorded, and the
+side nearer to it is named; ``neither`` when the two are within ``TIE`` of each other
+relative to the oracle's scale (both sides round alike), ``cannot tell`` when the oracle
+itself cannot run the model (an operator it lacks: the reason is recorded, never a pass).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+Array = np.ndarray[Any, Any]
+ORACLE_INPUTS = 4
+TIE = 1e-6  # relative to the oracle's largest magnitude: both sides equally near
+
+
+def widened(model: Any) -> Any:
+    """A copy of ``model`` computing in float64 (initializers, constants, graph inputs,
+    outputs, value infos and ``Cast`` targets of float32 widened); the model itself when
+    it holds no float32."""
+    import onnx
+    from onnx import numpy_helper
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    f32, f64 = onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE
+    for tensor in graph.initializer:
+        if tensor.data_type == f32:
+            tensor.CopyFrom(numpy_helper.from_array(
+                numpy_helper.to_array(tensor).astype(np.float64), tensor.name))
+    for info in [*graph.input, *graph.output, *graph.value_info]:
+        if info.type.tensor_type.elem_type == f32:
+            info.type.tensor_type.elem_type = f64
+    for node in graph.node:
+        for attribute in node.attribute:
+            if node.op_type == "Cast" and attribute.name == "to" and attribute.i == f32:
+                attribute.i = f64
+            if attribute.type == onnx.AttributeProto.TENSOR and attribute.t.data_type == f32:
+                attribute.t.CopyFrom(numpy_helper.from_array(
+                    numpy_helper.to_array(attribute.t).astype(np.float64), attribute.t.name))
+    return copy
+
+
+def oracle_outputs(model: Any, feeds: dict[str, Array]) -> tuple[dict[str, Array], str]:
+    """The reference implementation's outputs for ``feeds`` (one input at a time, so a
+    fixed batch of 1 runs too) and the precision it ran in."""
+    from onnx.reference import ReferenceEvaluator
+
+    names = [o.name for o in model.graph.output]
+    for candidate, precision in ((widened(model), "float64"), (model, "as exported")):
+        try:
+            evaluator = ReferenceEvaluator(candidate)
+            wide = precision == "float64"
+            rows = len(next(iter(feeds.values())))
+            runs = [evaluator.run(None, {k: (v[i:i + 1].astype(np.float64) if wide and
+                                             v.dtype == np.float32 else v[i:i + 1])
+                                         for k, v in feeds.items()}) for i in range(rows)]
+            return {name: np.concatenate([np.asarray(r[j]) for r in runs])
+                    for j, name in enumerate(names)}, precision
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            if precision == "as exported":
+                raise OracleFailed(error) from exc
+    raise OracleFailed("no precision ran")
+
+
+class OracleFailed(Exception):
+    """The reference implementation could not run the model (the reason)."""
+
+
+def which_side(oracle: Array, a: Array, b: Array) -> dict[str, Any]:
+    """Each side's largest absolute difference from the oracle and the nearer side."""
+    if np.asarray(a).shape != np.asarray(oracle).shape or \
+            np.asarray(b).shape != np.asarray(oracle).shape:
+        return {"from_error": None, "to_error": None, "closer": "cannot tell (shapes differ)"}
+    o = np.asarray(oracle, np.float64)
+    errors = [float(np.nanmax(np.abs(np.asarray(x, np.float64) - o), initial=0.0))
+              for x in (a, b)]
+    scale = max(float(np.nanmax(np.abs(o), initial=0.0)), np.finfo(np.float64).tiny)
+    if abs(errors[0] - errors[1]) <= TIE * scale:
+        closer = "neither"
+    else:
+        closer = "from" if errors[0] < errors[1] else "to"
+    return {"from_error": errors[0], "to_error": errors[1], "closer": closer}
+
+
+def judge_sides(model: Any, arrays: dict[str, Array], from_outputs: dict[str, Array],
+                to_outputs: dict[str, Array]) -> dict[str, Any]:
+    """Per output, which side the reference implementation sides with (module docstring),
+    on the last ``ORACLE_INPUTS`` inputs."""
+    n = min(ORACLE_INPUTS, len(next(iter(arrays.values()))))
+    feeds = {name: np.asarray(value)[-n:] for name, value in arrays.items()}
+    try:
+        oracle, precision = oracle_outputs(model, feeds)
+    except OracleFailed as exc:
+        return {"ran": False, "why": f"onnx.reference could not run the model ({exc})",
+                "inputs": n, "outputs": {}}
+    return {"ran": True, "precision": precision, "inputs": n, "outputs": {
+        name: which_side(oracle[name], from_outputs[name][-n:], to_outputs[name][-n:])
+        for name in oracle if name in from_outputs and name in to_outputs}}
