@@ -1,8 +1,9 @@
 """``python -m kit audit`` (kit.audit.command, kit.audit.model, kit.audit.calibrate,
 kit.audit.screen, kit.audit.oracle, and its benchmark kit.audit.bench): end to end on the
-two releases the default tests build, with a small conv net (within clean drift) and with the corpus's
-Pad-into-AveragePool case (beyond it, localised, named by the screen); the screen on every
-corpus case; the refusals before anything runs; the calibration's arithmetic."""
+two releases the default tests build, with a small conv net (within clean drift) and with
+the corpus's Pad-into-AveragePool case (beyond it, localised, named by the screen); the
+screen on every corpus case; the refusals before anything runs; the calibration's
+arithmetic."""
 
 from __future__ import annotations
 
