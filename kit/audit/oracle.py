@@ -61,9 +61,10 @@ def oracle_outputs(model: Any, feeds: dict[str, Array]) -> tuple[dict[str, Array
             evaluator = ReferenceEvaluator(candidate)
             wide = precision == "float64"
             rows = len(next(iter(feeds.values())))
-            runs = [evaluator.run(None, {k: (v[i:i + 1].astype(np.float64) if wide and
-                                             v.dtype == np.float32 else v[i:i + 1])
-                                         for k, v in feeds.items()}) for i in range(rows)]
+            runs: list[Any] = [
+                evaluator.run(None, {k: (v[i:i + 1].astype(np.float64) if wide and
+                                         v.dtype == np.float32 else v[i:i + 1])
+                                     for k, v in feeds.items()}) for i in range(rows)]
             return {name: np.concatenate([np.asarray(r[j]) for r in runs])
                     for j, name in enumerate(names)}, precision
         except Exception as exc:
@@ -85,7 +86,7 @@ def which_side(oracle: Array, a: Array, b: Array) -> dict[str, Any]:
     o = np.asarray(oracle, np.float64)
     errors = [float(np.nanmax(np.abs(np.asarray(x, np.float64) - o), initial=0.0))
               for x in (a, b)]
-    scale = max(float(np.nanmax(np.abs(o), initial=0.0)), np.finfo(np.float64).tiny)
+    scale = max(float(np.nanmax(np.abs(o), initial=0.0)), float(np.finfo(np.float64).tiny))
     if abs(errors[0] - errors[1]) <= TIE * scale:
         closer = "neither"
     else:
