@@ -82,7 +82,8 @@ def _protocol_problems(path: Path) -> list[str]:
 
 def _record_problems(folder: Path, study: str) -> list[str]:
     """One evidence folder: its record against its schema, and a drift folder's protocol
-    copy (absent records are not run here, not problems)."""
+    copy and its stored bootstrap summaries against their recount (``kit.drift.recount``;
+    absent records are not run here, not problems)."""
     if study == "sciml":
         verdicts = folder / "ledger.json"
         return schema_problems(read_shipped(verdicts), "verdict_ledger.schema.json",
@@ -92,7 +93,14 @@ def _record_problems(folder: Path, study: str) -> list[str]:
         return []
     problems = collect(lambda: schema_problems(read_shipped(record), "score_record.schema.json",
                                                record))
-    return problems + collect(_protocol_problems, folder / "score" / "protocol.yaml")
+    problems += collect(_protocol_problems, folder / "score" / "protocol.yaml")
+    if problems:
+        return problems
+    from kit.claims.ledger import _evidence
+    from kit.drift import recount
+    from kit.drift.shipped import Evidence
+
+    return recount.check(_evidence(folder, Evidence))  # the stored bootstrap summaries
 
 
 def check_trajectories(root: Path) -> list[str]:

@@ -23,6 +23,8 @@ import pytest
 from kit.claims.coverage import write_manifests
 from kit.claims.verify import verify
 from kit.drift.analysis import CLEAN, HELDOUT
+from kit.drift.recount import SUMMARY, recounted
+from kit.drift.shipped import Evidence
 from kit.files import canonical_json, load_npz, sha256, write_npz
 from kit.paths import ROOT
 
@@ -85,6 +87,12 @@ def _edit_primary_table(root: Path, edit: Callable[[dict[str, np.ndarray]], None
     table = load_npz(path)
     edit(table)
     write_npz(path, table)
+    rehash(root, folder)
+    # a consistent forgery: the stored bootstrap summaries follow the edited table
+    summary = json.loads((folder / SUMMARY).read_text())
+    for which, fields in recounted(Evidence(folder)).items():
+        summary[which].update(json.loads(canonical_json(fields)))
+    _write_json(folder / SUMMARY, summary)
     rehash(root, folder)
 
 
@@ -181,3 +189,18 @@ def test_a_ratio_moved_past_its_threshold_fails_or_changes_b061(
     _write_json(folder / "mgn_faults.json", record)
     rehash(copy, folder)
     assert verified(copy, tmp_path)[("B-061", "kit")] == "direction reversed"
+
+
+def test_a_bootstrap_summary_edited_alone_fails_verify_naming_the_field(
+        copy: Path, tmp_path: Path) -> None:
+    """Recount, never read: the stored summary contradicts the table it summarises."""
+    folder = copy / DRIFT
+    summary = json.loads((folder / SUMMARY).read_text())
+    summary["nested"]["rates"]["direct/tpr"]["mean"] = 99.0
+    _write_json(folder / SUMMARY, summary)
+    rehash(copy, folder)
+    out = tmp_path / "verify.json"
+    assert verify(copy, json_out=out) == 1
+    [problem] = json.loads(out.read_text())["problems"]
+    assert problem.startswith(f"{folder / SUMMARY}: /nested/rates/direct/tpr/mean says 99.0, "
+                              "its replicates give ")

@@ -67,3 +67,33 @@ def test_the_layer_count_is_the_layer_scores_and_a_recorded_one_that_differs_is_
     with pytest.raises(KitError, match=r"models/resnet20/sketch_outputs is 20, but "
                                        r"score/layers\.npz scores 21 layers"):
         conv_layers(_Evidence(20), "resnet20")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    (("fixed", "rates", "direct/tpr", "mean"), 12.5),
+    (("nested", "differences", "metamorphic-direct/tpr", "p97_5"), -1.0),
+    (("nested", "decision", "superior"), True),
+    (("fixed", "replicates"), 499),
+    (("nested", "seed"), 1),
+])
+def test_each_bootstrap_summary_edited_alone_is_named(tmp_path: Path, path: tuple[str, ...],
+                                                      value: object) -> None:
+    """``kit.drift.recount``: the stored bootstrap summaries against the replicates drawn
+    again from the shipped table; the shipped ones agree, an edited field is named."""
+    import shutil
+
+    from kit.drift.recount import SUMMARY, bootstrap_problems
+    from kit.drift.shipped import Evidence
+
+    folder = tmp_path / "digits"
+    shutil.copytree(ROOT / "claims/drift/evidence/digits", folder)
+    assert bootstrap_problems(Evidence(folder)) == []
+    stored = json.loads((folder / SUMMARY).read_text())
+    here = stored
+    for key in path[:-1]:
+        here = here[key]
+    here[path[-1]] = value
+    (folder / SUMMARY).write_text(json.dumps(stored))
+    [problem] = bootstrap_problems(Evidence(folder))
+    assert problem.startswith(f"{folder / SUMMARY}: /{'/'.join(path)} says {value!r}, its "
+                              "replicates give ")
