@@ -58,8 +58,16 @@ def _drift(evidence: Path, out: Path) -> Path:
     if (evidence / "machine.json").is_file():
         provenance.update({f"machine {k}": v for k, v in
                            read_json(evidence / "machine.json").items()})
+    from kit.claims.tables import load_tables
+
+    printed = {f"table{name.split()[-1]}": (table["columns"],
+                                            [[row["label"], *row["cells"]]
+                                             for row in table["rows"]])
+               for (study, name), table in load_tables(ROOT).items()
+               if study == "drift" and name.startswith("Table ")}
     report.write_report(run, out, report.paper_values(load_ledger(ROOT / "claims" /
-                                                                  "drift.yaml")), provenance)
+                                                                  "drift.yaml")), provenance,
+                        printed)
     return out / "index.html"
 
 

@@ -319,20 +319,31 @@ NOTES = {"figure1-detection.png": "Bars: the kit's held-out rates on the digits 
                                       "markers: the paper's Table 4 values."}
 
 
+Printed = dict[str, tuple[list[str], list[list[str]]]]  # "table1" -> the paper's table
+
+
 def page(found: dict[str, tuple[list[str], list[list[str]]]], figure_names: list[str],
-         provenance: dict[str, Any]) -> str:
+         provenance: dict[str, Any], printed: Printed | None = None) -> str:
     """The HTML page: the tables and figures in the order of the paper (``HEADINGS``),
-    then the provenance."""
-    sections: list[PageTable | PageFigure] = [
-        PageTable(HEADINGS[key], *found[key]) if key in found
-        else PageFigure(HEADINGS[key], key, NOTES.get(key, ""))
-        for key in HEADINGS if key in found or key in figure_names]
+    each of the paper's tables followed by the paper's own, as printed (``printed``: from
+    ``claims/papers/tables.yaml``, on CIFAR-100), then the provenance."""
+    sections: list[PageTable | PageFigure] = []
+    for key in HEADINGS:
+        if key in found:
+            sections.append(PageTable(HEADINGS[key], *found[key]))
+            if printed and key in printed:
+                sections.append(PageTable(
+                    f"{HEADINGS[key].split(':')[0]} as the paper printed it (CIFAR-100, the "
+                    "paper's models; beside the kit's above, on the digits stand-in)",
+                    *printed[key]))
+        elif key in figure_names:
+            sections.append(PageFigure(HEADINGS[key], key, NOTES.get(key, "")))
     return html_page("Drift study report", "Drift study: detection, localisation and "
                      "rotation sensitivity", provenance, sections)
 
 
-def write_report(run: Run, out: Path, paper: PaperValues, provenance: dict[str, Any]
-                 ) -> dict[str, Any]:
+def write_report(run: Run, out: Path, paper: PaperValues, provenance: dict[str, Any],
+                 printed: Printed | None = None) -> dict[str, Any]:
     """Tables, figures and ``index.html`` of a run folder (a run, or the shipped evidence
     under claims/) into ``out``, from its score, bootstrap and sensitivity summaries."""
     score_record = run.record("score")
@@ -348,5 +359,5 @@ def write_report(run: Run, out: Path, paper: PaperValues, provenance: dict[str, 
                                   f"tables.{name}.path"), score_record["tables"][name])
     figure_names = figures(out, load["score"], load["bootstrap"], load["sensitivity"], table,
                            paper)
-    write_atomic(out / "index.html", page(found, figure_names, provenance).encode())
+    write_atomic(out / "index.html", page(found, figure_names, provenance, printed).encode())
     return {"tables": sorted(found), "figures": figure_names, "page": "report/index.html"}
