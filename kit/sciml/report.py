@@ -340,13 +340,28 @@ def write_report(evidence: Path, out: Path | None = None) -> Path:
                                                                paper_pr(published))}
     for name, fig in figures.items():
         save_png(fig, out / name)
-    provenance = {"evidence": evidence, "study": ledger.get("study", ""),
+    shown = evidence.resolve()  # never an absolute local path on the page
+    provenance = {"evidence": shown.relative_to(ROOT) if shown.is_relative_to(ROOT)
+                  else evidence.name, "study": ledger.get("study", ""),
                   "verdicts": len(ledger["verdicts"]), "subjects": ledger.get("subjects_note")}
     page = out / "index.html"
     write_atomic(page, html_page("SciML study report", "SciML study: verdicts, gate, fault "
                                  "catalogue and operator floor", provenance,
-                                 sections(found, list(figures))).encode())
+                                 [*sections(found, list(figures)), *printed_tables()]).encode())
     return page
+
+
+def printed_tables() -> list[PageTable]:
+    """The paper's own tables, as printed (``claims/papers/tables.yaml``), after the kit's:
+    its values beside the kit's tables above (none where the checkout has no
+    transcription)."""
+    from kit.claims.tables import FILE, load_tables
+
+    if not (ROOT / FILE).is_file():
+        return []
+    return [PageTable(f"{name}, as the paper printed it (the paper's subjects)",
+                      table["columns"], [[row["label"], *row["cells"]] for row in table["rows"]])
+            for (study, name), table in load_tables(ROOT).items() if study == "sciml"]
 
 
 # The figures' headings, and the table each is drawn beside: (file, heading, after table).

@@ -106,6 +106,10 @@ def test_headings_say_what_they_show(rendered: Path) -> None:
         assert f"<h2>Table {number} as the paper printed it (CIFAR-100" in drift
     assert "<td>Direct L2 (plain comparison)</td><td>82.75%</td>" in drift
     assert "<td>5°, bilinear</td>" in drift
+    sciml = (rendered / "sciml" / "index.html").read_text()
+    assert "Section 5.2 MR-card-to-verdict map, as the paper printed it" in sciml
+    assert "<th>Interpretation boundary</th>" in sciml
+    assert str(ROOT) not in sciml + drift  # no absolute local path on a page
 
 
 def test_the_sweeps_alarm_table_is_folded_below_the_drift_map(rendered: Path) -> None:
