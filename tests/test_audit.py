@@ -210,7 +210,11 @@ def test_the_reference_oracle_names_the_side_nearer_to_it() -> None:
     assert found["outputs"]["y"]["from_error"] == pytest.approx(1e-2, rel=1e-3)
     assert judge_sides(model, {"x": x}, {"y": right}, {"y": right})["outputs"]["y"][
         "closer"] == "neither"
-    assert which_side(right, right[:, :1], right)["closer"] == "cannot tell (shapes differ)"
+    assert which_side(right, right[:, :1], right)["closer"] == "to"  # a shape of its own
+    assert which_side(right, right[:, :1], right[:, :1])["closer"].startswith("cannot tell")
+    nan = right.copy()
+    nan[0, 0, 0, 0] = np.nan
+    assert which_side(nan, right, nan)["closer"] == "to"  # a NaN the other side lost
     odd = helper.make_model(helper.make_graph(
         [helper.make_node("NoSuchOp", ["x"], ["y"], domain="kit.test")], "g",
         graph.input, graph.output), opset_imports=[helper.make_opsetid("", 13),
@@ -218,6 +222,32 @@ def test_the_reference_oracle_names_the_side_nearer_to_it() -> None:
     failed = judge_sides(odd, {"x": x}, {"y": right}, {"y": right})
     assert not failed["ran"]
     assert failed["why"].startswith("onnx.reference could not run the model (")
+
+
+def test_the_reference_oracle_sides_with_the_fixed_release_on_every_corpus_case() -> None:
+    """On each case of the shipped corpus, the first release where the defect was observed
+    against the first that fixed it (their shipped outputs, at the level it was observed
+    at): onnx's reference implementation is nearer the fixed release on some output and
+    nearer the affected one on none."""
+    import onnx
+
+    from kit.audit.oracle import judge_sides
+    from kit.files import load_npz
+
+    root = ROOT / "claims" / "corpus" / "evidence" / "kit"
+    cases = json.loads((root / "corpus" / "cases.json").read_text())["cases"]
+    assert len(cases) >= 11
+    for case in cases:
+        observed = case["decision"]["observed_affected"]
+        level = next(lv for lv in ("disable_all", "enable_all") if observed.get(lv))
+        folder = root / "cases" / case["id"]
+        found = judge_sides(onnx.load(folder / "model.onnx"), load_npz(folder / "inputs.npz"),
+                            load_npz(folder / "outputs" / observed[level][0] / f"{level}.npz"),
+                            load_npz(folder / "outputs" / case["fixed"][0] / f"{level}.npz"))
+        closer = [row["closer"] for row in found["outputs"].values()]
+        assert found["ran"], case["id"]
+        assert "to" in closer, (case["id"], closer)
+        assert set(closer) <= {"to", "neither"}, (case["id"], closer)
 
 
 def test_scores_and_the_median_envelope() -> None:

@@ -13,6 +13,7 @@ itself cannot run the model (an operator it lacks: the reason is recorded, never
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -51,8 +52,8 @@ def widened(model: Any) -> Any:
 
 
 def oracle_outputs(model: Any, feeds: dict[str, Array]) -> tuple[dict[str, Array], str]:
-    """The reference implementation's outputs for ``feeds`` (one input at a time, so a
-    fixed batch of 1 runs too) and the precision it ran in."""
+    """The reference implementation's outputs for ``feeds`` (in runs of the model's fixed
+    first axis, one input at a time where it is dynamic) and the precision it ran in."""
     from onnx.reference import ReferenceEvaluator
 
     names = [o.name for o in model.graph.output]
@@ -60,11 +61,12 @@ def oracle_outputs(model: Any, feeds: dict[str, Array]) -> tuple[dict[str, Array
         try:
             evaluator = ReferenceEvaluator(candidate)
             wide = precision == "float64"
-            rows = len(next(iter(feeds.values())))
+            rows, step = len(next(iter(feeds.values()))), fixed_batch(model) or 1
             runs: list[Any] = [
-                evaluator.run(None, {k: (v[i:i + 1].astype(np.float64) if wide and
-                                         v.dtype == np.float32 else v[i:i + 1])
-                                     for k, v in feeds.items()}) for i in range(rows)]
+                evaluator.run(None, {k: (v[i:i + step].astype(np.float64) if wide and
+                                         v.dtype == np.float32 else v[i:i + step])
+                                     for k, v in feeds.items()})
+                for i in range(0, rows - rows % step, step)]
             return {name: np.concatenate([np.asarray(r[j]) for r in runs])
                     for j, name in enumerate(names)}, precision
         except Exception as exc:
@@ -74,31 +76,51 @@ def oracle_outputs(model: Any, feeds: dict[str, Array]) -> tuple[dict[str, Array
     raise OracleFailed("no precision ran")
 
 
+def fixed_batch(model: Any) -> int | None:
+    """The fixed size of the model's first input's first axis (None when dynamic)."""
+    dims = model.graph.input[0].type.tensor_type.shape.dim if model.graph.input else []
+    return int(dims[0].dim_value) if dims and dims[0].dim_value > 0 else None
+
+
 class OracleFailed(Exception):
     """The reference implementation could not run the model (the reason)."""
 
 
+def _error(side: Array, oracle: Array) -> float:
+    """A side's largest absolute difference from the oracle: infinite for another shape,
+    and where one of the two is NaN and the other is not."""
+    if np.asarray(side).shape != oracle.shape:
+        return math.inf
+    x = np.asarray(side, np.float64)
+    nan = np.isnan(x) ^ np.isnan(oracle)
+    with np.errstate(invalid="ignore"):
+        diff = np.where(np.isnan(x) & np.isnan(oracle), 0.0, np.abs(x - oracle))
+    return math.inf if nan.any() else float(np.nanmax(diff, initial=0.0))
+
+
 def which_side(oracle: Array, a: Array, b: Array) -> dict[str, Any]:
-    """Each side's largest absolute difference from the oracle and the nearer side."""
-    if np.asarray(a).shape != np.asarray(oracle).shape or \
-            np.asarray(b).shape != np.asarray(oracle).shape:
-        return {"from_error": None, "to_error": None, "closer": "cannot tell (shapes differ)"}
+    """Each side's largest absolute difference from the oracle (``_error``) and the nearer
+    side (``neither`` when both are equally near, ``cannot tell`` when both are
+    infinitely far)."""
     o = np.asarray(oracle, np.float64)
-    errors = [float(np.nanmax(np.abs(np.asarray(x, np.float64) - o), initial=0.0))
-              for x in (a, b)]
+    errors = [_error(x, o) for x in (a, b)]
     scale = max(float(np.nanmax(np.abs(o), initial=0.0)), float(np.finfo(np.float64).tiny))
-    if abs(errors[0] - errors[1]) <= TIE * scale:
+    if math.isinf(errors[0]) and math.isinf(errors[1]):
+        closer = "cannot tell (both sides differ from it in shape or NaN)"
+    elif abs(errors[0] - errors[1]) <= TIE * scale:
         closer = "neither"
     else:
         closer = "from" if errors[0] < errors[1] else "to"
-    return {"from_error": errors[0], "to_error": errors[1], "closer": closer}
+    shown = [None if math.isinf(e) else e for e in errors]
+    return {"from_error": shown[0], "to_error": shown[1], "closer": closer}
 
 
 def judge_sides(model: Any, arrays: dict[str, Array], from_outputs: dict[str, Array],
                 to_outputs: dict[str, Array]) -> dict[str, Any]:
     """Per output, which side the reference implementation sides with (module docstring),
     on the last ``ORACLE_INPUTS`` inputs."""
-    n = min(ORACLE_INPUTS, len(next(iter(arrays.values()))))
+    rows, step = len(next(iter(arrays.values()))), fixed_batch(model) or 1
+    n = min(max(ORACLE_INPUTS, step) // step * step, rows - rows % step)
     feeds = {name: np.asarray(value)[-n:] for name, value in arrays.items()}
     try:
         oracle, precision = oracle_outputs(model, feeds)
