@@ -280,5 +280,8 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="report folder (default runs/audit/<model>)")
     parser.add_argument("--screen-only", action="store_true",
                         help="the static screen alone: no runtime, seconds")
+    parser.add_argument("--bisect", action="store_true",
+                        help="when the move is beyond clean drift, find the first release "
+                             "between FROM and TO that moves (about log2 of them in audits)")
     parser.add_argument("--backend", choices=["docker", "venv"])
     add_scale_options(parser)

@@ -1,9 +1,9 @@
 """``python -m kit audit`` (kit.audit.command, kit.audit.model, kit.audit.calibrate,
-kit.audit.screen, kit.audit.oracle, and its benchmark kit.audit.bench): end to end on the
-two releases the default tests build, with a small conv net (within clean drift) and with
-the corpus's Pad-into-AveragePool case (beyond it, localised, named by the screen); the
-screen on every corpus case; the refusals before anything runs; the calibration's
-arithmetic."""
+kit.audit.screen, kit.audit.oracle, kit.audit.bisect, and its benchmark kit.audit.bench):
+end to end on the two releases the default tests build, with a small conv net (within
+clean drift) and with the corpus's Pad-into-AveragePool case (beyond it, localised, named
+by the screen); the screen on every corpus case; the refusals before anything runs; the
+calibration's arithmetic."""
 
 from __future__ import annotations
 
@@ -411,3 +411,37 @@ def test_bench_on_an_audit_record_that_is_not_the_kits_names_the_field(
     err = capsys.readouterr().err
     assert err.startswith(f"kit: error: {tmp_path / 'audit.json'}: ")
     assert field in err
+
+
+def test_bisect_finds_the_first_release_that_moves_in_log2_audits(tmp_path: Path) -> None:
+    """``kit.audit.bisect`` with a stand-in for the audit: the releases between FROM and TO
+    in version order, the first beyond found in about log2 of them, every visit tabled,
+    the known cases whose status changes there named."""
+    from kit.audit.bisect import between, bisect
+
+    releases = ["1.9.0", "1.10.0", "1.20.1", "1.21.1", "1.22.1", "1.23.2", "1.24.4",
+                "1.25.1", "1.29.0"]
+    source, target = Cell("1.20.1", "enable_all"), Cell("1.29.0", "enable_all")
+    assert between(source, target, releases)[0] == "1.21.1"
+    assert between(Cell("1.9.0", "x"), Cell("1.10.0", "x"), releases) == ["1.10.0"]
+    seen: list[str] = []
+
+    def measure(cell: Cell, work: Path) -> dict[str, object]:
+        seen.append(cell.release)
+        assert work.is_dir()
+        moved = cell.release in ("1.23.2", "1.24.4", "1.25.1", "1.29.0")
+        return {"verdict": "beyond clean drift" if moved else "within clean drift",
+                "why": "w", "first_moving": {"node": f"n{cell.release}", "op": "Pad"}}
+
+    def known(cell: Cell) -> list[dict[str, str]]:
+        return [{"case": "pad-avgpool-fusion", "from": "affected",
+                 "to": "fixed" if cell.release == "1.23.2" else "affected"}]
+
+    found = bisect(source, target, releases, measure, tmp_path / "bisect", known)
+    assert found["first_release"] == "1.23.2"
+    assert found["releases_between"] == 6
+    assert found["audits"] == len(seen) <= 3
+    assert found["first_moving"]["node"] == "n1.23.2"
+    assert found["known_cases_changing_there"] == ["pad-avgpool-fusion"]
+    assert [v["release"] for v in found["visited"]] == sorted(seen, key=lambda r: tuple(
+        int(p) for p in r.split(".")))

@@ -80,6 +80,9 @@ def run_command(args: argparse.Namespace) -> int:
         if arrays is not None and not args.screen_only:
             started = time.monotonic()
             record.update(measure(model, arrays, sides, protocol, staging, args))
+            if getattr(args, "bisect", False) and record["verdict"] == "beyond clean drift":
+                record["bisect"] = run_bisect(model, arrays, sides, protocol, staging, args,
+                                              record.get("first_moving"))
             record["wall_s"] = round(time.monotonic() - started, 1)
         else:
             record["verdict"], record["why"] = "screen only", "no runtime was run"
@@ -90,6 +93,26 @@ def run_command(args: argparse.Namespace) -> int:
         f"{', '.join(touched) or 'none'}; report {out / 'index.html'}")
     return 1 if touched or record["verdict"] in ("beyond clean drift", "cannot calibrate") \
         else 0
+
+
+def run_bisect(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
+               protocol: dict[str, Any], out: Path, args: argparse.Namespace,
+               to_moving: dict[str, Any] | None) -> dict[str, Any]:
+    """``kit.audit.bisect`` over the locked releases between FROM and TO, each visited
+    release audited from FROM as the main audit was."""
+    from kit.audit.bisect import bisect
+    from kit.runtime.runtimes import known_releases
+
+    def one(cell: Cell, work: Path) -> dict[str, Any]:
+        say(f"audit: bisect visits {cell.name}")
+        return measure(model, arrays, {"from": sides["from"], "to": cell}, protocol, work,
+                       args)
+
+    found = bisect(sides["from"], sides["to"], list(known_releases()), one, out / "bisect",
+                   lambda cell: screen(model, {"from": sides["from"], "to": cell}, protocol))
+    if found["first_moving"] is None and found["first_release"] == sides["to"].release:
+        found["first_moving"] = to_moving  # TO itself: the main audit's first node
+    return found
 
 
 def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
@@ -243,6 +266,17 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
             [[moving["node"], moving["op"], moving["inputs"], f"{moving['audited_rate']:.0%}"]]
             if moving else [], note="" if moving else
             "no instrumented node leaves its clean envelope"))
+    found = record.get("bisect")
+    if found:
+        moving = found.get("first_moving") or {}
+        sections.append(PageTable(
+            "Which release moved (--bisect)", ["release", "verdict", "why"],
+            [[row["release"], row["verdict"], row["why"]] for row in found["visited"]],
+            note=f"first release beyond clean drift: {found['first_release']} "
+                 f"({found['audits']} audits over {found['releases_between']} releases); "
+                 f"first node there: {moving.get('node', '-')} ({moving.get('op', '-')}); "
+                 "known cases whose status changes there: "
+                 f"{', '.join(found['known_cases_changing_there']) or 'none'}"))
     sections.append(PageTable(
         "Known defects (static screen)", ["case", "issue", "nodes", "from", "to", "fixed in"],
         [[r["case"], str(r["issue"]), str(r["nodes"]), r["from"], r["to"], str(r["fixed_in"])]
