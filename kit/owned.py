@@ -138,9 +138,11 @@ def publish(staging: Path, out: Path, command: str) -> dict[str, str]:
                if p.is_file()}
         _refuse_foreign(out, before, new, _intended(out))
         intent = {name: sha256(path) for name, path in new.items()}
+        held = {name: sha256(out / name) for name in sorted(set(before) | set(new))
+                if (out / name).is_file()}  # what each file holds now (the kit's, checked)
         write_atomic(out / MARK, canonical_json({  # every file may be old or new from here
             "command": command, "files": {**before, **intent},
-            "previous": {name: sha for name, sha in before.items() if intent.get(name) != sha}}))
+            "previous": {name: sha for name, sha in held.items() if intent.get(name) != sha}}))
         for name, path in new.items():
             target = out / name
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -68,3 +68,29 @@ def test_a_link_or_a_file_given_as_the_folder_is_refused(tmp_path: Path) -> None
     (tmp_path / "file").write_text("x")
     with pytest.raises(KitError, match="not a folder"):
         temporary(tmp_path / "file")
+
+
+def test_a_publish_interrupted_twice_is_still_the_kits_and_finishes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The intent mark lists what every file may hold; interrupted after the first rename,
+    twice over, the folder is still taken as the kit's and the third publish finishes."""
+    out = tmp_path / "out"
+    _publish(out, {"a.txt": "1", "b.txt": "1"})
+    real = os.replace
+    for _ in range(2):
+        moved = []
+
+        def once(src: str | Path, dst: str | Path) -> None:
+            if len(moved) >= 2 and Path(dst).parent == out:  # the mark and one file
+                raise OSError("interrupted")
+            moved.append(dst)
+            real(src, dst)
+
+        monkeypatch.setattr(os, "replace", once)
+        with pytest.raises(OSError, match="interrupted"):
+            _publish(out, {"a.txt": "2", "b.txt": "2", "c.txt": "2"})
+        monkeypatch.setattr(os, "replace", real)
+    assert (out / "b.txt").read_text() == "1"  # never moved: the oldest content
+    files = _publish(out, {"a.txt": "2", "b.txt": "2", "c.txt": "2"})
+    assert sorted(files) == ["a.txt", "b.txt", "c.txt"]
+    assert all((out / name).read_text() == "2" for name in files)
