@@ -78,9 +78,9 @@ def test_a_publish_interrupted_twice_is_still_the_kits_and_finishes(
     _publish(out, {"a.txt": "1", "b.txt": "1"})
     real = os.replace
     for _ in range(2):
-        moved = []
+        moved: list[str | Path] = []
 
-        def once(src: str | Path, dst: str | Path) -> None:
+        def once(src: str | Path, dst: str | Path, moved: list[str | Path] = moved) -> None:
             if len(moved) >= 2 and Path(dst).parent == out:  # the mark and one file
                 raise OSError("interrupted")
             moved.append(dst)
