@@ -300,3 +300,19 @@ def copy_checked(source: Path, target: Path, expected: str, what: str, listed_by
                        "restore the checkout or use --models train")
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(target, source.read_bytes())
+
+
+def remove_stale(base: Path) -> list[Path]:
+    """Remove every temporary of the kit's naming under ``base`` whose writer is gone
+    (``stale``), files and folders, links not followed; returns them, sorted."""
+    found = []
+    for folder, dirs, names in os.walk(base):
+        found += [Path(folder) / name for name in [*dirs, *names] if stale(name)]
+        dirs[:] = [name for name in dirs if not stale(name)]
+    found = sorted(path for path in found if not path.is_symlink())
+    for path in found:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    return found

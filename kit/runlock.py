@@ -28,7 +28,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.errors import RunFolderError, RunLocked
-from kit.files import canonical_json, read_json, stale, write_atomic
+from kit.files import canonical_json, read_json, remove_stale, write_atomic
 from kit.runfolder import LOCK, REPLAY_MARK, RUN_STATE, say
 
 # folders this process holds: resolved root -> [lock file descriptor, depth]
@@ -198,16 +197,7 @@ def _release(fd: int) -> None:
 def remove_temporaries(root: Path) -> list[Path]:
     """Remove every temporary of the kit's naming whose writer is gone (``kit.files.stale``)
     under ``root``, files and folders, links not followed; returns them."""
-    found = []
-    for folder, dirs, names in os.walk(root):
-        found += [Path(folder) / name for name in [*dirs, *names] if stale(name)]
-        dirs[:] = [name for name in dirs if not stale(name)]
-    found = sorted(path for path in found if not path.is_symlink())
-    for path in found:
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
+    found = remove_stale(root)
     if found:
         say(f"run: removed {len(found)} stale temporaries of a killed run in {root}")
     return found

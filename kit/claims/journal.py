@@ -36,7 +36,7 @@ from kit.files import (
     alive,
     canonical_json,
     read_json,
-    stale,
+    remove_stale,
     temporary_prefix,
     write_atomic,
 )
@@ -144,17 +144,7 @@ def _forward(root: Path, record: dict[str, Any], write_manifests: Manifests) -> 
 
 def _remove_stale(root: Path) -> list[Path]:
     """Remove the kit's temporaries whose writer is gone under the covered folders."""
-    found = []
-    for top in COVERED:
-        for folder, dirs, files in os.walk(root / top):
-            found += [Path(folder) / name for name in [*dirs, *files] if stale(name)]
-            dirs[:] = [name for name in dirs if not stale(name)]
-    for path in sorted(found):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-    return found
+    return [path for top in COVERED for path in remove_stale(root / top)]
 
 
 def held(root: Path) -> bool:
