@@ -131,13 +131,13 @@ def _compare_file(fresh: Path, shipped: Path, name: str, bound: Bound | None) ->
     found = Verdict(name, "within tolerance",
                     bound=f"atol {measure.atol:g}, rtol {measure.rtol:g}" if declared else "")
     if name.endswith(".npz"):
-        _compare_arrays(load_npz(shipped), load_npz(fresh), measure, found)
+        compare_arrays(load_npz(shipped), load_npz(fresh), measure, found)
     elif name.endswith(".sha256"):  # file name -> hash of a file judged itself
         a, b = read_json(shipped), read_json(fresh)
         if not (isinstance(a, dict) and isinstance(b, dict)) or sorted(a) != sorted(b):
             _differs(found, "the files it lists", shipped=a, fresh=b)
     elif name.endswith(".json"):
-        _compare_json(read_json(shipped), read_json(fresh), measure, "", found)
+        compare_json(read_json(shipped), read_json(fresh), measure, "", found)
     else:
         found.max_abs = found.max_rel = None
         _differs(found, "bytes differ (not an .npz or JSON file)")
@@ -153,8 +153,9 @@ def _differs(found: Verdict, where: str, **detail: Any) -> None:
         found.verdict, found.where, found.detail = "differs", where, detail
 
 
-def _compare_arrays(shipped: dict[str, np.ndarray[Any, Any]],
-                    fresh: dict[str, np.ndarray[Any, Any]], bound: Bound, found: Verdict) -> None:
+def compare_arrays(shipped: dict[str, np.ndarray[Any, Any]],
+                   fresh: dict[str, np.ndarray[Any, Any]], bound: Bound, found: Verdict) -> None:
+    """Every array of two .npz files under ``bound``; the first difference goes to ``found``."""
     if sorted(shipped) != sorted(fresh):
         _differs(found, "array names", shipped=sorted(shipped), fresh=sorted(fresh))
         return
@@ -203,7 +204,8 @@ def _compare_floats(name: str, a: np.ndarray[Any, Any], b: np.ndarray[Any, Any],
                  fresh=float(b[index]), abs=float(diff[index]), rel=float(rel[index]))
 
 
-def _compare_json(a: Any, b: Any, bound: Bound, path: str, found: Verdict) -> None:
+def compare_json(a: Any, b: Any, bound: Bound, path: str, found: Verdict) -> None:
+    """Two JSON values number by number under ``bound`` (keys and strings equal)."""
     where = path or "(top)"
     if isinstance(a, dict) and isinstance(b, dict):
         if sorted(a) != sorted(b):
@@ -212,13 +214,13 @@ def _compare_json(a: Any, b: Any, bound: Bound, path: str, found: Verdict) -> No
         for key in sorted(a):
             if key.endswith("sha256") and isinstance(a[key], str) and isinstance(b[key], str):
                 continue  # the hash of another file of the comparison, judged itself
-            _compare_json(a[key], b[key], bound, f"{path}/{key}", found)
+            compare_json(a[key], b[key], bound, f"{path}/{key}", found)
     elif isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             _differs(found, f"length of {where}", shipped=len(a), fresh=len(b))
             return
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _compare_json(x, y, bound, f"{path}/{i}", found)
+            compare_json(x, y, bound, f"{path}/{i}", found)
     elif _number(a) and _number(b):
         _compare_number(float(a), float(b), bound, where, found)
     elif a != b or type(a) is not type(b):

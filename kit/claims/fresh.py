@@ -7,6 +7,8 @@ substrate whose evidence is there:
 1. every file of the shipped evidence folder is judged against the fresh one
    (``kit.tolerance``: identical, within tolerance, or differs naming the file, array and
    element); the run metadata (``machine.json``, the run manifest, timings) stays outside;
+   the drift study's localisation ranks and the summaries computed from them are judged at
+   the ties of their layer scores (``kit.drift.ties``);
 2. every claim is recomputed from the fresh evidence with the checkout's ledgers and
    rules, and its status and value set beside the shipped ones: the status diff.
 
@@ -86,6 +88,10 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
                      if n.split("/")[-1] not in (SHIPPED_MANIFEST, *UNHASHED)]
             verdicts = compare_folders(fresh / folder, root / folder, ledger["study"], names,
                                        bounds, retrained=again)
+            if ledger["study"] == "drift" and not again:
+                from kit.drift.ties import revise  # ranks at their ties
+
+                verdicts = revise(verdicts, fresh / folder, root / folder, bounds)
             made_on = root / folder / MACHINE
             diff = status_diff(ledger, name, root, fresh)
             study = {

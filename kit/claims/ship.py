@@ -42,6 +42,8 @@ SHIPPED = ("score/protocol.yaml", "fetch/fetch.json", "split/split.json", "fault
            "score/score.json", "score/summary.json", "score/layers.npz",
            "score/clean-logits.npz", "bootstrap/bootstrap.json", "bootstrap/summary.json",
            "sensitivity/sensitivity.json", "sensitivity/summary.json")
+# Shipped when the run has it: the grid tables' layer scores (kit.drift.ties).
+DRIFT_OPTIONAL = ("score/grid-layers.npz",)
 
 # The sweep's per-case evidence: one row per cell, model and export, with what each release
 # offered; its raw outputs stay in the run folder, listed by the shipped run manifest.
@@ -101,7 +103,7 @@ def ship(run: Path, study: str = "drift", root: Path | None = None) -> Path:
     names = _model_files(run / "fetch" / "fetch.json") if substrate == "digits" else []
     path = run / "score" / "score.json"
     tables = _field(read_json(path), path, "tables", dict)
-    names += list(SHIPPED) + [
+    names += list(SHIPPED) + [name for name in DRIFT_OPTIONAL if (run / name).is_file()] + [
         plain_name(_field(entry, path, f"tables.{key}.path", str), path, f"tables.{key}.path")
         for key, entry in tables.items()]
     return _ship_files(run, root, (plain_name(study, run, "the study", 1), substrate),

@@ -11,6 +11,11 @@ isolation over the full fault matrix.
 
 ``score/layers.npz``: float32 per-layer localisation scores of the primary table (clean
 calibration rows and held-out fault rows), so ranks can be recomputed.
+``score/grid-layers.npz``: the same scores of every other localised table, keyed
+``<table>/<model>/<kind>`` and ``<table>/<model>/rows``. A replay on another CPU reads them
+to judge a rank that moved against the ties of its layer scores (``kit.drift.ties``). The
+stage record does not name the file, so a run's ``score.json`` keeps the shape of evidence
+shipped before the file existed; the run manifest and the shipped manifest hash it.
 ``score/protocol.yaml``: the protocol the run used. ``score/clean-logits.npz``: the
 clean model's logits in every cell (accuracy, stability, factor isolation).
 ``score/summary.json``: every primary result (``kit.drift.analysis``).
@@ -40,6 +45,7 @@ from kit.files import canonical_json, load_npz, read_json, sha256, write_atomic,
 from kit.runfolder import Progress, Run
 from kit.runtime.worker import meta_path
 
+GRID_LAYERS = "grid-layers.npz"  # under score/; kit.drift.ties reads it
 Array = np.ndarray[Any, Any]
 LEVELS = ["low", "high"]
 
@@ -242,33 +248,6 @@ def codes(protocol: dict[str, Any]) -> dict[str, list[str]]:
             "roles": list(ROLE_CODES)}
 
 
-def summarise(protocol: dict[str, Any], record: dict[str, Any], tables: dict[str, Any],
-              layers: dict[str, Array], clean: dict[str, Array], labels: Array
-              ) -> dict[str, Any]:
-    """Every primary result from the tables (the functions ``verify`` calls too)."""
-    models, quantile = record["codes"]["models"], protocol["calibration"]["quantile"]
-    first = record["primary_condition"]
-    table = tables[table_name("cand", first)]
-    cells = analysis.fault_cells(table, record["codes"], quantile)
-    recomputed = analysis.ranks_from_layers(table, layers, models, quantile)
-    return {
-        "primary": analysis.primary(table, models, quantile),
-        "matched_fpr": analysis.matched(table, protocol["calibration"]["matched_fpr"]),
-        "fault_cells": cells,
-        "cells_over_models": analysis.pooled_cells(cells, ("position", "family", "level")),
-        "cells_by_family": analysis.pooled_cells(cells, ("family", "level")),
-        "localisation": analysis.localisation(table, models),
-        "localisation_recomputed_equal": all(
-            np.array_equal(recomputed[k], table[f"rank_{k}"]) for k in KINDS),
-        "geometry": analysis.geometry(table, quantile),
-        "accuracy": analysis.accuracy(clean, labels, models, first),
-        "factor_clean": analysis.factor_clean(clean, models, ["orig", first]),
-        "factor_detection": {cell: analysis.factor_detection(
-            tables[table_name(cell, first)], quantile)
-            for cell in ("ref", "ref-on", "cand-off", "cand")},
-    }
-
-
 def load_tables(run: Run, record: dict[str, Any]) -> dict[str, dict[str, Array]]:
     return {name: read_table(run.listed("score", d["path"], f"tables.{name}.path"), d)
             for name, d in record["tables"].items()}
@@ -284,6 +263,7 @@ def run_score(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
     record: dict[str, Any] = {"primary_condition": primary_condition(split),
                               "codes": codes(protocol), "tables": {}}
     layers: dict[str, Array] = {}
+    grid: dict[str, Array] = {}
     for cell, cond, localise in plan:
         columns, found = build_table(protocol, run, outputs, cell, cond, localise)
         path = out / "cases" / f"{table_name(cell, cond)}.npz"
@@ -293,9 +273,12 @@ def run_score(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
             "localisation": localise, "reduced": split["conditions"][cond]["rows"] != "all"}
         if cond == record["primary_condition"] and localise:
             layers = found
+        elif localise:
+            grid.update({f"{table_name(cell, cond)}/{k}": v for k, v in found.items()})
         progress.step(table_name(cell, cond))
     write_atomic(out / "protocol.yaml", yaml.safe_dump(protocol, sort_keys=True).encode())
     write_npz(out / "layers.npz", layers)
+    write_npz(out / GRID_LAYERS, grid)
     clean = clean_logits(protocol, run, outputs)
     write_npz(out / "clean-logits.npz", clean)
     labels = np.array([row["label"] for row in split["rows"]], np.int64)
@@ -305,7 +288,7 @@ def run_score(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
     record["labels"] = labels.tolist()
     record["runtimes"] = runtimes_used(run, protocol)
     tables = load_tables(run, record)
-    summary = summarise(protocol, record, tables, layers, clean, labels)
+    summary = analysis.score_summary(protocol, record, tables, layers, clean, labels)
     write_atomic(out / "summary.json", canonical_json(summary))
     record["summary"] = {"path": "score/summary.json",
                          "sha256": sha256(out / "summary.json")}
