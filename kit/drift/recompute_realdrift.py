@@ -44,6 +44,24 @@ class SweepEvidence(Evidence):
                            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
         return found
 
+    @cached_property
+    def fault_matrix(self) -> dict[str, Any]:
+        """Polygraphy's fault-matrix record, read only when its summaries agree with its
+        per-fault rows and its inputs with the drift evidence it was computed from
+        (``recount_fault_matrix``; a RecountError naming the file and field otherwise)."""
+        path = self.root / FAULT_MATRIX
+        found = self.json(FAULT_MATRIX)
+        drift = self.root.parents[2] / "drift" / "evidence" / self.root.name
+        if not (drift / "score" / "score.json").is_file():
+            raise KitError(f"{path}: the drift evidence it was computed from ({drift}) is "
+                           "missing; ship the drift run beside the sweep")
+        problems = recount_fault_matrix(found, Evidence(drift))
+        if problems:
+            raise RecountError(f"{path}: {problems[0]}"
+                               + (f" (and {len(problems) - 1} more)" if len(problems) > 1
+                                  else ""))
+        return dict(found)
+
     def rows(self, **match: Any) -> list[dict[str, Any]]:
         """The rows whose fields equal every ``match`` value."""
         return [row for row in self.cells["rows"]
@@ -142,7 +160,51 @@ def has_fault_matrix(ev: SweepEvidence) -> bool:
 
 
 def fault_matrix(ev: SweepEvidence) -> dict[str, Any]:
-    return dict(ev.json(FAULT_MATRIX))
+    return ev.fault_matrix
+
+
+def recount_fault_matrix(found: Any, drift: Evidence) -> list[str]:
+    """Every field of the fault-matrix record its own rows or the drift evidence contradict:
+    the fault count and the pooled TPR against the per-fault rows, the FPR against the
+    clean alarms per model, every row's n against the held-out images, the faults and
+    models against the drift run's fault record, and every calibrated detector's counts
+    against the ones the drift evidence's primary table gives."""
+    if not isinstance(found, dict) or not isinstance(found.get("per_fault"), list):
+        return ["no 'per_fault' list"]
+    rows, clean = found["per_fault"], found.get("clean_alarms_per_model", {})
+    held = len(drift.images("heldout"))
+    faults = drift.json("fault/fault.json")["faults"]
+    alarms = sum(r["alarms"] for r in rows)
+    expected: dict[str, Any] = {
+        "faults": len(faults), "heldout_images": held,
+        "tpr": {"alarms": alarms, "n": len(rows) * held, "rate": alarms / (len(rows) * held)},
+        "fpr": {"alarms": sum(clean.values()), "n": len(drift.models) * held,
+                "rate": sum(clean.values()) / (len(drift.models) * held)},
+        "calibrated_detectors": {name: {"tpr": entry["tpr"], "fpr": entry["fpr"]}
+                                 for name, entry in drift.primary.items()}}
+    problems = [p for key, value in expected.items()
+                for p in _contradicts(found.get(key), value, key)]
+    if sorted((r["fault"], r["model"]) for r in rows) != \
+            sorted((f["id"], f["model"]) for f in faults):
+        problems.append("per_fault: its faults are not the drift run's (fault/fault.json)")
+    if sorted(clean) != sorted(drift.models):
+        problems.append("clean_alarms_per_model: its models are not the drift run's")
+    problems += [f"per_fault/{i}/n says {r['n']}, the drift run holds out {held} images"
+                 for i, r in enumerate(rows) if r["n"] != held]
+    return problems
+
+
+def _contradicts(found: Any, expected: Any, where: str) -> list[str]:
+    if isinstance(expected, dict):
+        if not isinstance(found, dict):
+            return [f"{where} is not an object"]
+        return [p for key in sorted(expected)
+                for p in _contradicts(found.get(key), expected[key], f"{where}/{key}")]
+    if isinstance(expected, float) and isinstance(found, (int, float)):
+        same = abs(found - expected) <= 1e-12 * max(abs(expected), 1.0)
+    else:
+        same = found == expected and type(found) is type(expected)
+    return [] if same else [f"{where} says {found!r}, its inputs give {expected!r}"]
 
 
 def polygraphy_tpr(ev: SweepEvidence) -> float:

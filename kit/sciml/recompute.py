@@ -48,6 +48,8 @@ class SciEvidence:
                 raise KitError(f"{path}: evidence file missing")
             record = read_json(path)
             found = RECOUNTS[name](record) if name in RECOUNTS else []
+            if name == "unified.json":  # its MGN entries copy mgn_faults.json's trials
+                found += recompute_catalogue.recount_unified(record, self.json("mgn_faults.json"))
             if found:
                 raise RecountError(f"{path}: {found[0]}"
                                + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))

@@ -100,6 +100,53 @@ def unified_flagged(ev: Any, detector: str = "any", family: str | None = None) -
     return count
 
 
+def recount_unified(record: Any, faults: dict[str, Any]) -> list[str]:
+    """Every stored field of ``unified.json`` its trials contradict: each entry's detections,
+    trial count, flags and labels recounted (the MGN mutants' from ``mgn_faults.json``, the
+    probes' from their trial metrics and label measurements at the recorded thresholds),
+    then the catalogue's size, families, flag rates, any-detector rate and labelled
+    precision and recall computed again from those entries (``probes.unified_catalogue``)."""
+    if not isinstance(record, dict) or not isinstance(record.get("entries"), list):
+        return ["no 'entries' list"]
+    limits = record.get("thresholds", {})
+    probes_again = []
+    for entry in (e for e in record["entries"] if e.get("family") != "mgn"):
+        trials = entry["trials"]
+        hits = {d: sum(probes.fires(d, t["metrics"][d], t["control"][d],
+                                    limits["permutation"], limits["ratio"]) for t in trials)
+                for d in probes.DETECTORS[entry["family"]]}
+        probes_again.append({
+            **entry, "detections": hits,
+            "flagged": {d: probes.flagged(k, len(trials)) for d, k in hits.items()},
+            "labels": probes.label(entry["label_metrics"]["probe"],
+                                   entry["label_metrics"]["reference"],
+                                   limits["label_tolerance"])})
+    again = probes.unified_catalogue(faults, [e for e in probes_again if e["family"] == "pinn"],
+                                     [e for e in probes_again if e["family"] == "fno"])
+    again["thresholds"] = limits
+    stored = {k: v for k, v in record.items() if k in again}
+    problems = [f"{key}: not stored" for key in sorted(set(again) - set(stored))]
+    for key in sorted(set(again) & set(stored)):
+        problems += _contradictions(stored[key], again[key], key)
+    return problems
+
+
+def _contradictions(found: Any, expected: Any, where: str) -> list[str]:
+    if isinstance(expected, dict) and isinstance(found, dict):
+        keys = sorted(set(expected) | set(found))
+        return [p for k in keys for p in _contradictions(found.get(k), expected.get(k),
+                                                         f"{where}/{k}")]
+    if isinstance(expected, list) and isinstance(found, list) and len(found) == len(expected):
+        return [p for i, (a, b) in enumerate(zip(found, expected, strict=True))
+                for p in _contradictions(a, b, f"{where}/{i}")]
+    if isinstance(expected, float) and isinstance(found, float):
+        same = found == expected or abs(found - expected) <= 1e-12 * max(abs(expected), 1.0)
+    else:
+        same = found == expected and type(found) is type(expected)
+    return [] if same else [f"{where} says {str(found)[:80]}, its trials give "
+                            f"{str(expected)[:80]}"]
+
+
 def second_density_ratio(ev: Any) -> Value:
     m = ev.json("second_task.json")["measured"]
     return float(m["density_max"] / m["density_min"])

@@ -204,3 +204,20 @@ def test_a_bootstrap_summary_edited_alone_fails_verify_naming_the_field(
     [problem] = json.loads(out.read_text())["problems"]
     assert problem.startswith(f"{folder / SUMMARY}: /nested/rates/direct/tpr/mean says 99.0, "
                               "its replicates give ")
+
+
+FAULT_MATRIX = "claims/realdrift/evidence/digits/sweep/polygraphy/fault-matrix.json"
+
+
+def test_a_fault_matrix_summary_edited_alone_fails_verify_naming_the_field(
+        copy: Path, tmp_path: Path) -> None:
+    """Recount, never read: Polygraphy's pooled TPR contradicts its per-fault rows."""
+    path = copy / FAULT_MATRIX
+    matrix = json.loads(path.read_text())
+    matrix["tpr"]["alarms"] += 1
+    _write_json(path, matrix)
+    rehash(copy, copy / "claims/realdrift/evidence/digits")
+    out = tmp_path / "verify.json"
+    assert verify(copy, json_out=out) == 1
+    problems = json.loads(out.read_text())["problems"]
+    assert any(f"{path}: tpr/alarms says " in p for p in problems), problems

@@ -97,3 +97,45 @@ def test_each_bootstrap_summary_edited_alone_is_named(tmp_path: Path, path: tupl
     [problem] = bootstrap_problems(Evidence(folder))
     assert problem.startswith(f"{folder / SUMMARY}: /{'/'.join(path)} says {value!r}, its "
                               "replicates give ")
+
+
+def _fm_rate(m: dict[str, Any]) -> None:
+    m["tpr"]["rate"] = 0.5
+
+
+def _fm_fpr(m: dict[str, Any]) -> None:
+    m["fpr"]["alarms"] = 3  # the clean alarms per model still say 0
+
+
+def _fm_detector(m: dict[str, Any]) -> None:
+    m["calibrated_detectors"]["direct"]["tpr"]["count"] -= 1
+
+
+def _fm_row(m: dict[str, Any]) -> None:
+    m["per_fault"][4]["n"] = 200
+
+
+def _fm_fault(m: dict[str, Any]) -> None:
+    m["per_fault"][0]["fault"] = "resnet20-early-scale-low-x"
+
+
+def _fm_count(m: dict[str, Any]) -> None:
+    m["faults"] = 53
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (_fm_rate, "tpr/rate"), (_fm_fpr, "fpr/alarms"),
+    (_fm_detector, "calibrated_detectors/direct/tpr/count"), (_fm_row, "per_fault/4/n"),
+    (_fm_fault, "per_fault: its faults"), (_fm_count, "faults says")])
+def test_each_fault_matrix_field_edited_alone_is_named(edit: Any, field: str) -> None:
+    from kit.drift.recompute_realdrift import FAULT_MATRIX, recount_fault_matrix
+    from kit.drift.shipped import Evidence
+
+    drift = Evidence(ROOT / "claims/drift/evidence/digits")
+    matrix = json.loads((ROOT / "claims/realdrift/evidence/digits" / FAULT_MATRIX).read_text())
+    assert recount_fault_matrix(matrix, drift) == []
+    edited = copy.deepcopy(matrix)
+    edit(edited)
+    problems = recount_fault_matrix(edited, drift)
+    assert problems
+    assert problems[0].startswith(field), problems

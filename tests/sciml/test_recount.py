@@ -1,4 +1,5 @@
-"""Recount, never read (``kit.sciml.recount``): each summary field of the shipped SciML
+"""Recount, never read (``kit.sciml.recount``, and ``recount_unified`` of
+``kit.sciml.recompute_catalogue`` for the catalogue's copies of ``mgn_faults.json``): each summary field of the shipped SciML
 evidence, edited alone, disagrees with the recount from the per-case values it summarises;
 edited and re-hashed in a copy of the repository, verify fails naming the file and field."""
 
@@ -63,7 +64,39 @@ def _domain(r: dict[str, Any]) -> None:
     r["mirror_domain_score"] = 0.45  # under the 0.5 limit: mirror-y would be in domain
 
 
+def _mgn_copy(r: dict[str, Any]) -> None:
+    _first(r["entries"], family="mgn")["detections"]["conservation"] -= 1
+
+
+def _probe_flag(r: dict[str, Any]) -> None:
+    entry = _first(r["entries"], family="pinn")
+    entry["flagged"]["boundary"] = not entry["flagged"]["boundary"]
+
+
+def _any(r: dict[str, Any]) -> None:
+    r["any_detector"]["count"] += 1
+
+
+def _flag_rate(r: dict[str, Any]) -> None:
+    r["flag_rates"]["conservation"]["value"] = 0.6
+
+
+def _precision(r: dict[str, Any]) -> None:
+    r["labelled"]["boundary"]["false_positives"] = 1
+
+
+def _unified(record: Any) -> list[str]:
+    from kit.sciml.recompute_catalogue import recount_unified
+
+    return recount_unified(record, read_json(ROOT / SCIML / "mgn_faults.json"))
+
+
 EDITS: list[tuple[str, Callable[[dict[str, Any]], None], Callable[[Any], list[str]], str]] = [
+    ("unified.json", _mgn_copy, _unified, "entries/0/detections/conservation"),
+    ("unified.json", _probe_flag, _unified, "/flagged/boundary"),
+    ("unified.json", _any, _unified, "any_detector/count"),
+    ("unified.json", _flag_rate, _unified, "flag_rates/conservation/value"),
+    ("unified.json", _precision, _unified, "labelled/boundary/false_positives"),
     ("ledger.json", _verdict, recount.ledger, "verdicts/"),
     ("ledger.json", _count, recount.ledger, "counts/fno-periodic-translation"),
     ("ledger.json", _decision, recount.ledger, "decisions/"),
@@ -102,7 +135,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(("name", "edit", "field"), [
     ("ledger.json", _count, "counts/fno-periodic-translation"),
     ("pinn.json", _ratio, "subjects/0/mr_b_ratio"),
-    ("fno.json", _admitted, "roster/burgers_admitted")])
+    ("fno.json", _admitted, "roster/burgers_admitted"),
+    ("unified.json", _mgn_copy, "entries/0/detections/conservation")])
 def test_verify_fails_naming_the_file_and_field(repository: Path, tmp_path: Path, name: str,
                                                 edit: Callable[[dict[str, Any]], None],
                                                 field: str) -> None:
