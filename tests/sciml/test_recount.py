@@ -1,7 +1,8 @@
 """Recount, never read (``kit.sciml.recount``, and ``recount_unified`` of
 ``kit.sciml.recompute_catalogue`` for the catalogue's copies of ``mgn_faults.json``): each
 summary field of the shipped SciML evidence, edited alone, disagrees with the recount from
-the per-case values it summarises; edited and re-hashed in a copy of the repository, verify fails naming the file and field."""
+the per-case values it summarises; edited and re-hashed in a copy of the repository, verify
+fails naming the file and field."""
 
 from __future__ import annotations
 
