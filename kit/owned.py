@@ -89,9 +89,16 @@ def write_named_file(path: Path, data: bytes, ours: Callable[[bytes], bool], opt
     """Write ``data`` to a file the user named with ``option`` (``verify --json``,
     ``--page``): a new file, or one the kit wrote before (``ours`` of its bytes says so);
     anything else there is refused by name and left as it is. A replaced file keeps its
-    mode."""
+    mode. The temporaries of this name that a killed earlier write left beside it (their
+    writer gone, ``stale``) are removed first; nothing else in the folder is touched."""
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise KitError(f"{path}: not a plain file; name another file with {option}")
+    if path.parent.is_dir():
+        for left in path.parent.iterdir():
+            found = TEMPORARY.fullmatch(left.name)
+            if found and found["name"] == path.name and stale(left.name) \
+                    and left.is_file() and not left.is_symlink():
+                left.unlink()
     if path.exists():
         try:
             mine = ours(path.read_bytes())

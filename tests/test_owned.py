@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kit.errors import KitError
-from kit.owned import MARK, publish, temporary, written
+from kit.owned import MARK, publish, temporary, write_named_file, written
 
 
 def _publish(out: Path, files: dict[str, str]) -> dict[str, str]:
@@ -94,3 +94,22 @@ def test_a_publish_interrupted_twice_is_still_the_kits_and_finishes(
     files = _publish(out, {"a.txt": "2", "b.txt": "2", "c.txt": "2"})
     assert sorted(files) == ["a.txt", "b.txt", "c.txt"]
     assert all((out / name).read_text() == "2" for name in files)
+
+
+def test_a_named_file_clears_only_its_own_temporaries_a_killed_write_left(
+        tmp_path: Path) -> None:
+    """verify --json F killed mid-write leaves .F.kit<pid>-<8>.tmp; the next write removes
+    it once its writer is gone, and nothing else."""
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    left = tmp_path / f".report.json.kit{gone.pid}-abcdefgh.tmp"
+    live = tmp_path / f".report.json.kit{os.getpid()}-abcdefgh.tmp"
+    other = tmp_path / f".notes.json.kit{gone.pid}-abcdefgh.tmp"
+    for path in (left, live, other, tmp_path / ".x.tmp"):
+        path.write_text("kept?")
+    write_named_file(tmp_path / "report.json", b"{}", lambda data: True, "--json")
+    assert not left.exists()
+    assert live.read_text() == other.read_text() == (tmp_path / ".x.tmp").read_text() == "kept?"
+    assert (tmp_path / "report.json").read_bytes() == b"{}"
