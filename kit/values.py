@@ -34,3 +34,29 @@ def recorded(ev: Any, file: str, path: str) -> Value:
             isinstance(v, (int, float)) for v in value)):
         raise KitError(f"{ev.root / file}: {path!r} is not a number or a list of numbers")
     return value  # type: ignore[no-any-return]
+
+
+def contradictions(found: Any, expected: Any, where: str, source: str,
+                   rel_tol: float = 1e-12) -> list[str]:
+    """Recount, never read: every place where a stored record (``found``) says other than
+    its recount (``expected``, whose keys are the ones checked), as ``<where>/<key> says X,
+    <source> give Y``; floats within ``rel_tol`` relative, everything else exactly and of
+    the same type."""
+    def inner(key: object) -> str:
+        return f"{where}/{key}" if where else str(key)
+
+    if isinstance(expected, dict):
+        if not isinstance(found, dict):
+            return [f"{where} is not an object; {source} give one"]
+        return [p for k in sorted(expected)
+                for p in contradictions(found.get(k), expected[k], inner(k), source, rel_tol)]
+    if isinstance(expected, list) and isinstance(found, list) and len(found) == len(expected):
+        return [p for i, (a, b) in enumerate(zip(found, expected, strict=True))
+                for p in contradictions(a, b, inner(i), source, rel_tol)]
+    if isinstance(expected, float) and isinstance(found, (int, float)) \
+            and not isinstance(found, bool):
+        same = abs(found - expected) <= rel_tol * max(abs(expected), 1.0) \
+            or (found != found and expected != expected)  # NaN on both sides
+    else:
+        same = found == expected and type(found) is type(expected)
+    return [] if same else [f"{where} says {str(found)[:80]}, {source} give {str(expected)[:80]}"]

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -53,6 +54,18 @@ def arm(kill_at: int) -> list[int]:
 
     io.open = builtins.open = opened  # type: ignore[assignment]
     return count
+
+
+def seed_user_files(folder: Path, user_files: dict[str, int]) -> None:
+    """Write the user's files the harness must find intact (name -> mode), each holding
+    "the user's NAME"; their folders get mode 0700."""
+    for name, mode in user_files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(f"the user's {name}")
+        os.chmod(folder / name, mode)
+    for name in user_files:
+        if "/" in name:
+            os.chmod((folder / name).parent, 0o700)
 
 
 def main() -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 from kit.drift.shipped import Evidence
 from kit.errors import KitError, RecountError
-from kit.values import Value
+from kit.values import Value, contradictions
 
 FAULT_MATRIX = "sweep/polygraphy/fault-matrix.json"
 REFERENCE = "1.20.1"
@@ -182,8 +182,7 @@ def recount_fault_matrix(found: Any, drift: Evidence) -> list[str]:
                 "rate": sum(clean.values()) / (len(drift.models) * held)},
         "calibrated_detectors": {name: {"tpr": entry["tpr"], "fpr": entry["fpr"]}
                                  for name, entry in drift.primary.items()}}
-    problems = [p for key, value in expected.items()
-                for p in _contradicts(found.get(key), value, key)]
+    problems = contradictions(found, expected, "", "its inputs")
     if sorted((r["fault"], r["model"]) for r in rows) != \
             sorted((f["id"], f["model"]) for f in faults):
         problems.append("per_fault: its faults are not the drift run's (fault/fault.json)")
@@ -193,18 +192,6 @@ def recount_fault_matrix(found: Any, drift: Evidence) -> list[str]:
                  for i, r in enumerate(rows) if r["n"] != held]
     return problems
 
-
-def _contradicts(found: Any, expected: Any, where: str) -> list[str]:
-    if isinstance(expected, dict):
-        if not isinstance(found, dict):
-            return [f"{where} is not an object"]
-        return [p for key in sorted(expected)
-                for p in _contradicts(found.get(key), expected[key], f"{where}/{key}")]
-    if isinstance(expected, float) and isinstance(found, (int, float)):
-        same = abs(found - expected) <= 1e-12 * max(abs(expected), 1.0)
-    else:
-        same = found == expected and type(found) is type(expected)
-    return [] if same else [f"{where} says {found!r}, its inputs give {expected!r}"]
 
 
 def polygraphy_tpr(ev: SweepEvidence) -> float:

@@ -10,7 +10,7 @@ from typing import Any
 from kit.errors import KitError
 from kit.sciml import probes
 from kit.sciml.stats import stat_scores, wilson
-from kit.values import Value
+from kit.values import Value, contradictions
 
 
 def _unified(ev: Any) -> list[dict[str, Any]]:
@@ -124,27 +124,8 @@ def recount_unified(record: Any, faults: dict[str, Any]) -> list[str]:
     again = probes.unified_catalogue(faults, [e for e in probes_again if e["family"] == "pinn"],
                                      [e for e in probes_again if e["family"] == "fno"])
     again["thresholds"] = limits
-    stored = {k: v for k, v in record.items() if k in again}
-    problems = [f"{key}: not stored" for key in sorted(set(again) - set(stored))]
-    for key in sorted(set(again) & set(stored)):
-        problems += _contradictions(stored[key], again[key], key)
-    return problems
+    return contradictions(record, again, "", "its trials")
 
-
-def _contradictions(found: Any, expected: Any, where: str) -> list[str]:
-    if isinstance(expected, dict) and isinstance(found, dict):
-        keys = sorted(set(expected) | set(found))
-        return [p for k in keys for p in _contradictions(found.get(k), expected.get(k),
-                                                         f"{where}/{k}")]
-    if isinstance(expected, list) and isinstance(found, list) and len(found) == len(expected):
-        return [p for i, (a, b) in enumerate(zip(found, expected, strict=True))
-                for p in _contradictions(a, b, f"{where}/{i}")]
-    if isinstance(expected, float) and isinstance(found, float):
-        same = found == expected or abs(found - expected) <= 1e-12 * max(abs(expected), 1.0)
-    else:
-        same = found == expected and type(found) is type(expected)
-    return [] if same else [f"{where} says {str(found)[:80]}, its trials give "
-                            f"{str(expected)[:80]}"]
 
 
 def second_density_ratio(ev: Any) -> Value:

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from kit.paths import ROOT
+from tests.kill_at import seed_user_files
 
 EVERY = int(os.environ.get("KIT_KILL_EVERY", "4"))
 VERIFY_PYTHON = ROOT / ".venv-verify" / "bin" / "python"
@@ -28,14 +29,6 @@ def verify_killed_at(kill_at: int, folder: Path) -> subprocess.CompletedProcess[
                            "--json", str(folder / "verify.json"),
                            "--page", str(folder / "claims.html")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
-
-
-def seeded(folder: Path) -> None:
-    for name, mode in USER_FILES.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(f"the user's {name}")
-        os.chmod(folder / name, mode)
-    os.chmod(folder / "notes", 0o700)
 
 
 def test_verify_killed_at_its_writes_keeps_the_users_files_and_finishes_next_time(
@@ -54,7 +47,7 @@ def test_verify_killed_at_its_writes_keeps_the_users_files_and_finishes_next_tim
     for kill_at in moments:
         folder = tmp_path / f"k{kill_at}"
         folder.mkdir()
-        seeded(folder)
+        seed_user_files(folder, USER_FILES)
         killed = verify_killed_at(kill_at, folder)
         assert killed.returncode == -9, (kill_at, killed.stderr[-500:])
         if (folder / "verify.json").exists():  # whole or absent

@@ -17,6 +17,7 @@ from pathlib import Path
 from kit.files import load_npz
 from kit.paths import ROOT
 from kit.runtime.worker import meta_path
+from tests.kill_at import seed_user_files
 
 EVERY = int(os.environ.get("KIT_KILL_EVERY", "4"))
 USER_FILES = {".x.tmp": 0o600, "out.npz.tmp": 0o640, "index.html": 0o644,
@@ -32,14 +33,6 @@ def run_killed_at(kill_at: int, workdir: Path, out: Path) -> subprocess.Complete
                           timeout=300)
 
 
-def seeded(folder: Path) -> None:
-    for name, mode in USER_FILES.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(f"the user's {name}")
-        os.chmod(folder / name, mode)
-    os.chmod(folder / "notes", 0o700)
-
-
 def files(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes()
             for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -49,7 +42,7 @@ def test_kit_run_killed_at_its_writes_leaves_the_users_files_and_finishes_next_t
         workdir: Path, tmp_path: Path) -> None:
     done = tmp_path / "done"
     done.mkdir()
-    seeded(done)
+    seed_user_files(done, USER_FILES)
     proc = run_killed_at(0, workdir, done / "out.npz")
     assert proc.returncode == 0, proc.stderr
     writes = int(proc.stderr.rsplit("kill_at: ", 1)[1].split()[0])
@@ -59,7 +52,7 @@ def test_kit_run_killed_at_its_writes_leaves_the_users_files_and_finishes_next_t
     for kill_at in moments:
         folder = tmp_path / f"k{kill_at}"
         folder.mkdir()
-        seeded(folder)
+        seed_user_files(folder, USER_FILES)
         out = folder / "out.npz"
         killed = run_killed_at(kill_at, workdir, out)
         assert killed.returncode == -9, (kill_at, killed.stderr[-500:])
