@@ -15,6 +15,8 @@ from functools import cached_property
 from itertools import pairwise
 from typing import Any
 
+from kit.drift import analysis
+from kit.drift.detectors import DETECTORS
 from kit.drift.shipped import Evidence
 from kit.errors import KitError, RecountError
 from kit.values import Value, contradictions
@@ -175,13 +177,14 @@ def recount_fault_matrix(found: Any, drift: Evidence) -> list[str]:
     held = len(drift.images("heldout"))
     faults = drift.json("fault/fault.json")["faults"]
     alarms = sum(r["alarms"] for r in rows)
+    table = drift.table()
     expected: dict[str, Any] = {
         "faults": len(faults), "heldout_images": held,
         "tpr": {"alarms": alarms, "n": len(rows) * held, "rate": alarms / (len(rows) * held)},
         "fpr": {"alarms": sum(clean.values()), "n": len(drift.models) * held,
                 "rate": sum(clean.values()) / (len(drift.models) * held)},
-        "calibrated_detectors": {name: {"tpr": entry["tpr"], "fpr": entry["fpr"]}
-                                 for name, entry in drift.primary.items()}}
+        "calibrated_detectors": {name: analysis.detection(table, name, analysis.thresholds(
+            table, name, drift.quantile)) for name in DETECTORS}}
     problems = contradictions(found, expected, "", "its inputs")
     if sorted((r["fault"], r["model"]) for r in rows) != \
             sorted((f["id"], f["model"]) for f in faults):
