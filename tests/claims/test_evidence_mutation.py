@@ -31,6 +31,7 @@ from kit.paths import ROOT
 DRIFT = "claims/drift/evidence/digits"
 SCIML = "claims/sciml/evidence/kit"
 COPIED = ("claims", "manifests", "locks")
+FAULT_MATRIX = "claims/realdrift/evidence/digits/sweep/polygraphy/fault-matrix.json"
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +95,28 @@ def _edit_primary_table(root: Path, edit: Callable[[dict[str, np.ndarray]], None
         summary[which].update(json.loads(canonical_json(fields)))
     _write_json(folder / SUMMARY, summary)
     rehash(root, folder)
+    _follow_fault_matrix(root)
+
+
+def _follow_fault_matrix(root: Path) -> None:
+    """A consistent forgery: Polygraphy's fault-matrix record (the sweep's, computed on the
+    drift run) follows the edited drift evidence, as its recount checks."""
+    from kit.drift import analysis
+    from kit.drift.detectors import DETECTORS
+
+    path = root / FAULT_MATRIX
+    matrix = json.loads(path.read_text())
+    ev = Evidence(root / DRIFT)
+    ids = {f["id"] for f in ev.json("fault/fault.json")["faults"]}
+    matrix["per_fault"] = [r for r in matrix["per_fault"] if r["fault"] in ids]
+    alarms, n = (sum(r[k] for r in matrix["per_fault"]) for k in ("alarms", "n"))
+    matrix.update(faults=len(matrix["per_fault"]), tpr={"alarms": alarms, "n": n,
+                                                        "rate": alarms / n})
+    table = ev.table()
+    matrix["calibrated_detectors"] = {d: analysis.detection(table, d, analysis.thresholds(
+        table, d, ev.quantile)) for d in DETECTORS}
+    _write_json(path, matrix)
+    rehash(root, root / "claims/realdrift/evidence/digits")
 
 
 def _swap_scores(table: dict[str, np.ndarray]) -> None:
@@ -152,6 +175,7 @@ def test_a_changed_design_count_differs(copy: Path, tmp_path: Path) -> None:
     record["faults"] = record["faults"][:-1]
     _write_json(folder / "fault/fault.json", record)
     rehash(copy, folder)
+    _follow_fault_matrix(copy)
     statuses = verified(copy, tmp_path)
     assert statuses[("A-029", "digits")] == "differs"
 
@@ -187,6 +211,14 @@ def test_a_ratio_moved_past_its_threshold_fails_or_changes_b061(
     record["precision_recall"] = mf.precision_recall(record["mutants"],
                                                      record["control"]["trials"])
     _write_json(folder / "mgn_faults.json", record)
+    from kit.sciml import probes  # the catalogue's copies of the mutants follow too
+
+    unified = json.loads((folder / "unified.json").read_text())
+    probed = [e for e in unified["entries"] if e["family"] != "mgn"]
+    again = probes.unified_catalogue(record, [e for e in probed if e["family"] == "pinn"],
+                                     [e for e in probed if e["family"] == "fno"])
+    unified.update({k: v for k, v in again.items() if k != "thresholds"})
+    _write_json(folder / "unified.json", unified)
     rehash(copy, folder)
     assert verified(copy, tmp_path)[("B-061", "kit")] == "direction reversed"
 
@@ -205,8 +237,6 @@ def test_a_bootstrap_summary_edited_alone_fails_verify_naming_the_field(
     assert problem.startswith(f"{folder / SUMMARY}: /nested/rates/direct/tpr/mean says 99.0, "
                               "its replicates give ")
 
-
-FAULT_MATRIX = "claims/realdrift/evidence/digits/sweep/polygraphy/fault-matrix.json"
 
 
 def test_a_fault_matrix_summary_edited_alone_fails_verify_naming_the_field(
