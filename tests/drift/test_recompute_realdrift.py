@@ -46,14 +46,19 @@ def sweep_rows() -> list[dict[str, Any]]:
 
 def evidence(tmp_path: Path, rows: list[dict[str, Any]], matrix: bool = False
              ) -> rd.SweepEvidence:
-    (tmp_path / "sweep").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "sweep" / "cells.json").write_text(json.dumps({"rows": rows}))
+    """A sweep evidence folder of these rows; ``matrix``: laid out as in the checkout, with
+    the shipped fault matrix and the drift evidence it was computed from beside it."""
+    root = tmp_path / "claims/realdrift/evidence/digits" if matrix else tmp_path
+    (root / "sweep").mkdir(parents=True, exist_ok=True)
+    (root / "sweep" / "cells.json").write_text(json.dumps({"rows": rows}))
     if matrix:
-        (tmp_path / rd.FAULT_MATRIX).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rd.FAULT_MATRIX).write_text(json.dumps({
-            "per_fault": [{"alarms": 3, "n": 10}, {"alarms": 10, "n": 10}],
-            "calibrated_detectors": {"direct": {"tpr": {"rate": 0.9}}}}))
-    return rd.SweepEvidence(tmp_path)
+        (root / rd.FAULT_MATRIX).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "claims/realdrift/evidence/digits" / rd.FAULT_MATRIX,
+                    root / rd.FAULT_MATRIX)
+        for part in ("score", "split", "fault"):
+            shutil.copytree(ROOT / "claims/drift/evidence/digits" / part,
+                            tmp_path / "claims/drift/evidence/digits" / part)
+    return rd.SweepEvidence(root)
 
 
 def test_hypotheses_hold_on_rows_built_for_them(tmp_path: Path) -> None:
@@ -65,8 +70,11 @@ def test_hypotheses_hold_on_rows_built_for_them(tmp_path: Path) -> None:
     assert rd.h5_threads_move_bits(ev)
     assert not rd.h6_calibration_does_not_transfer(ev)
     assert rd.h7_polygraphy_silent(ev)
-    assert rd.polygraphy_tpr(ev) == 13 / 20
+    assert rd.polygraphy_tpr(ev) == 2816 / 16200  # the shipped per-fault rows, recounted
     assert rd.h8_polygraphy_misses_faults(ev)
+    shutil.rmtree(tmp_path / "claims/drift")
+    with pytest.raises(KitError, match="the drift evidence it was computed from"):
+        rd.polygraphy_tpr(rd.SweepEvidence(ev.root))
     assert rd.cells_swept(ev) == 8
     assert rd.drifting_share(ev, "unfolded") == 6 / 8
     assert rd.largest_drift(ev, "unfolded") == 6e-5
