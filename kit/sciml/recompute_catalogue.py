@@ -101,13 +101,18 @@ def unified_flagged(ev: Any, detector: str = "any", family: str | None = None) -
 
 
 def recount_unified(record: Any, faults: dict[str, Any]) -> list[str]:
-    """Every stored field of ``unified.json`` its trials contradict: each entry's detections,
-    trial count, flags and labels recounted (the MGN mutants' from ``mgn_faults.json``, the
-    probes' from their trial metrics and label measurements at the recorded thresholds),
-    then the catalogue's size, families, flag rates, any-detector rate and labelled
-    precision and recall computed again from those entries (``probes.unified_catalogue``)."""
+    """Every stored field of ``unified.json`` its trials contradict (``unified_again``)."""
     if not isinstance(record, dict) or not isinstance(record.get("entries"), list):
         return ["no 'entries' list"]
+    return contradictions(record, unified_again(record, faults), "", "its trials")
+
+
+def unified_again(record: dict[str, Any], faults: dict[str, Any]) -> dict[str, Any]:
+    """The catalogue a record's own trials give: each entry's detections, trial count, flags
+    and labels recounted (the MGN mutants' from ``mgn_faults.json``, the probes' from their
+    trial metrics and label measurements at the recorded thresholds), then the size,
+    families, flag rates, any-detector rate and labelled precision and recall computed
+    again from those entries (``probes.unified_catalogue``)."""
     limits = record.get("thresholds", {})
     probes_again = []
     for entry in (e for e in record["entries"] if e.get("family") != "mgn"):
@@ -124,8 +129,7 @@ def recount_unified(record: Any, faults: dict[str, Any]) -> list[str]:
     again = probes.unified_catalogue(faults, [e for e in probes_again if e["family"] == "pinn"],
                                      [e for e in probes_again if e["family"] == "fno"])
     again["thresholds"] = limits
-    return contradictions(record, again, "", "its trials")
-
+    return again
 
 
 def second_density_ratio(ev: Any) -> Value:

@@ -6,12 +6,14 @@ Also covers ``kit.sciml.pinn`` (no test file of its own)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kit.errors import KitError
+from kit.paths import ROOT
 from kit.sciml import pinn, probes
 
 torch = pytest.importorskip("torch")
@@ -111,8 +113,15 @@ def test_labelled_precision_recall_recount(tmp_path: Path) -> None:
     entries = [entry("a", True, 2.0), entry("b", True, 1.0), entry("c", False, 3.0)]
     limits = {"label_tolerance": probes.LABEL_TOLERANCE,
               "permutation": probes.PERMUTATION_THRESHOLD, "ratio": probes.RATIO_THRESHOLD}
-    (tmp_path / "unified.json").write_text(json.dumps({"entries": entries,
-                                                       "thresholds": limits}))
+    def stored(thresholds: dict[str, float]) -> None:  # as a run writes it: consistent
+        from kit.sciml.recompute_catalogue import unified_again
+
+        faults = json.loads((tmp_path / "mgn_faults.json").read_text())
+        record = unified_again({"entries": entries, "thresholds": thresholds}, faults)
+        (tmp_path / "unified.json").write_text(json.dumps(record))
+
+    shutil.copy(ROOT / "claims/sciml/evidence/kit/mgn_faults.json", tmp_path)
+    stored(limits)
     ev = SciEvidence(tmp_path)
     pr = RECOMPUTE_SCIML["sciml.unified_pr"]
     assert pr(ev, detector="conservation", field="precision") == 0.5
@@ -120,15 +129,16 @@ def test_labelled_precision_recall_recount(tmp_path: Path) -> None:
     assert pr(ev, detector="conservation", field="targeted") == 2
     with pytest.raises(KitError, match="undefined"):
         pr(ev, detector="permutation", field="precision")
-    assert RECOMPUTE_SCIML["sciml.unified_flagged"](ev, detector="conservation") == 2
+    assert RECOMPUTE_SCIML["sciml.unified_flagged"](ev, detector="conservation",
+                                                    family="fno") == 2
     assert RECOMPUTE_SCIML["sciml.unified_size"](ev, family="fno") == 3
     # the recount reads the thresholds the run recorded, not the code's: at ratio 2.5 only
     # the off-target entry (3.0) still fires
-    (tmp_path / "unified.json").write_text(json.dumps({"entries": entries,
-                                                       "thresholds": {**limits, "ratio": 2.5}}))
+    stored({**limits, "ratio": 2.5})
     ev = SciEvidence(tmp_path)
     assert pr(ev, detector="conservation", field="precision") == 0.0
-    assert RECOMPUTE_SCIML["sciml.unified_flagged"](ev, detector="conservation") == 1
+    assert RECOMPUTE_SCIML["sciml.unified_flagged"](ev, detector="conservation",
+                                                    family="fno") == 1
 
 
 def test_mgn_entries_follow_the_catalogue_order_not_the_sorted_record() -> None:
