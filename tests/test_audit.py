@@ -331,16 +331,27 @@ def test_a_fixed_first_axis_takes_whole_runs_of_it(tmp_path: Path) -> None:
 
 
 def test_the_screen_alone_needs_no_inputs_and_no_runtime(tmp_path: Path) -> None:
-    model, _ = case_files(tmp_path, "avgpool-ceil-include-pad")
+    """A deciding match on an affected side is exit 1; an advisory one (its trigger is in
+    the input's size) is shown with its reason and leaves the exit code alone."""
+    model, _ = case_files(tmp_path, "avgpool-asym-pads")
     out = tmp_path / "report"
-    proc = audit(str(model), "--screen-only", "--from", "1.28.0/disable_all", "--to",
-                 "1.29.0/disable_all", "--out", str(out))
+    proc = audit(str(model), "--screen-only", "--from", "1.24.4/disable_all", "--to",
+                 "1.25.1/disable_all", "--out", str(out))
     assert proc.returncode == 1  # a known defect affects the from side
     record = json.loads((out / "audit.json").read_text())
     assert record["verdict"] == "screen only"
-    assert [(r["case"], r["from"], r["to"]) for r in record["screen"]] == \
-        [("avgpool-ceil-include-pad", "affected", "fixed")]
+    assert [(r["case"], r["from"], r["to"], r["decides"]) for r in record["screen"]] == \
+        [("avgpool-asym-pads", "affected", "fixed", True)]
+    assert record["known_defects_affecting"] == ["avgpool-asym-pads"]
     assert not (out / "work").exists()
+    model, _ = case_files(tmp_path, "avgpool-ceil-include-pad")
+    proc = audit(str(model), "--screen-only", "--from", "1.28.0/disable_all", "--to",
+                 "1.29.0/disable_all", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads((out / "audit.json").read_text())
+    assert record["known_defects_affecting"] == []
+    assert record["advisory_matches_affecting"] == ["avgpool-ceil-include-pad"]
+    assert "partial last window" in (out / "index.html").read_text()
     proc = audit(str(model), "--from", "1.28.0", "--to", "1.29.0", "--out", str(out))
     assert proc.returncode == 2
     assert "--inputs X.npz is needed" in proc.stderr

@@ -14,7 +14,8 @@ clean drift, where first, and does a known defect touch it.
    the first node that leaves its clean envelope; which side onnx's reference
    implementation sides with (``kit.audit.oracle``).
 5. ``audit.json`` and ``index.html`` in the report folder. Exit 0 within clean drift, 1
-   beyond it, when it cannot calibrate, or on an affected known defect; 2 on an error.
+   beyond it, when it cannot calibrate, or on an affected known defect whose pattern
+   decides (an advisory match is shown, never the exit code); 2 on an error.
 """
 
 from __future__ import annotations
@@ -26,11 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 
 from kit.audit.calibrate import calibrate, first_moving, flips, reshaped, verdict
 from kit.audit.model import (
     Cell,
+    carry_external,
     check_inputs,
+    external_files,
     fixed_batch,
     load_model,
     load_protocol,
@@ -47,6 +51,7 @@ from kit.runfolder import say
 from kit.tolerance import TINY
 
 GRAPHS = {"plain": "model.onnx", "probe": "probe.onnx"}
+RUN_ROWS = 64  # inputs per worker call for a model whose first axis is dynamic
 
 
 def clean_partners(side: Cell, protocol: dict[str, Any]) -> list[Cell]:
@@ -71,11 +76,14 @@ def run_command(args: argparse.Namespace) -> int:
     arrays = None if args.inputs is None else \
         check_inputs(model, args.inputs, protocol["inputs"]["minimum"])
     out = args.out or ROOT / "runs" / "audit" / args.model.stem
+    external_files(args.model)  # checked before anything runs
     known = screen(model, sides, protocol)
     record: dict[str, Any] = {"model": str(args.model), "inputs": str(args.inputs or ""),
                               "sides": {k: v.__dict__ for k, v in sides.items()},
                               "protocol_version": protocol["version"], "screen": known}
-    touched = [row["case"] for row in known if "affected" in (row["from"], row["to"])]
+    on_affected = [row for row in known if "affected" in (row["from"], row["to"])]
+    touched = [row["case"] for row in on_affected if row["decides"]]
+    advisory = [row["case"] for row in on_affected if not row["decides"]]
     with staged(out) as staging:  # kit.owned: a folder the kit did not write is refused
         if arrays is not None and not args.screen_only:
             started = time.monotonic()
@@ -87,10 +95,12 @@ def run_command(args: argparse.Namespace) -> int:
         else:
             record["verdict"], record["why"] = "screen only", "no runtime was run"
         record["known_defects_affecting"] = touched
+        record["advisory_matches_affecting"] = advisory
         write_report(staging, record)
         publish(staging, out, "python -m kit audit")
     say(f"audit: {record['verdict']}; known defects on an affected side: "
-        f"{', '.join(touched) or 'none'}; report {out / 'index.html'}")
+        f"{', '.join(touched) or 'none'}; advisory matches (not deciding): "
+        f"{', '.join(advisory) or 'none'}; report {out / 'index.html'}")
     return 1 if touched or record["verdict"] in ("beyond clean drift", "cannot calibrate") \
         else 0
 
@@ -130,12 +140,13 @@ def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
 def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
              protocol: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[str, Any]:
     write_atomic(work / GRAPHS["plain"], model.SerializeToString())
+    external = external_files(args.model)
+    carry_external(external, work)
     exposed = probe(model, work / GRAPHS["probe"], protocol["localisation"]["op_types"])
-    fixed = fixed_batch(model)
-    feeds = write_inputs(work, arrays, fixed)
+    feeds = write_inputs(work, arrays, fixed_batch(model))
     partners = {side: clean_partners(cell, protocol) for side, cell in sides.items()}
     cells = list(dict.fromkeys([*sides.values(), *(c for p in partners.values() for c in p)]))
-    outputs = run_cells(cells, work, feeds, fixed or 64, args)
+    outputs, whole = run_cells(cells, work, feeds, args)
     n = len(next(iter(arrays.values())))
     n_cal = -(-n * protocol["inputs"]["calibration_share"] // 1)
     n_cal = int(min(max(n_cal, 1), n - 1))
@@ -154,14 +165,17 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     rows = {name: {**c.as_dict(), **describe(outputs[(sides["from"], "plain")][name],
                                              outputs[(sides["to"], "plain")][name], name)}
             for name, c in plain.items()}
-    oracle = judge_sides(model, arrays, outputs[(sides["from"], "plain")],
-                         outputs[(sides["to"], "plain")])
+    batched = [name for name in plain if name not in whole]
+    oracle = judge_sides(onnx.load(str(args.model)) if external else model, arrays,
+                         *({name: outputs[(sides[key], "plain")][name] for name in batched}
+                           for key in ("from", "to")))
     probed = judge("probe")
     for path in work.glob("outputs/*/*/probe-*"):  # every activation of every input: scored
         path.unlink()
     pairs = [f"{side.name} vs {p.name}" for key, side in sides.items() for p in partners[key]]
     return {"verdict": found, "why": why, "outputs": rows, "inputs_n": n, "calibration_n": n_cal,
-            "clean_pairs": pairs,
+            "clean_pairs": pairs, "compared_whole": whole,
+            "external_data": sorted(external),
             "cells": [c.name for c in cells], "exposed": len(exposed), "oracle": oracle,
             "first_moving": first_moving(probed, exposed, rate)}
 
@@ -185,23 +199,31 @@ def describe(a: Any, b: Any, name: str) -> dict[str, Any]:
                 "fails" if fails.any() else "passes"}
 
 
-def write_inputs(work: Path, arrays: dict[str, Any], fixed: int | None) -> list[str]:
-    """The inputs file(s) the jobs read: one file, or one per run for a model whose first
-    axis is fixed (the worker feeds a model only the shape it declares)."""
-    if fixed is None:
-        write_npz(work / "inputs.npz", arrays)
-        return ["inputs.npz"]
+def write_inputs(work: Path, arrays: dict[str, Any], fixed: int | None
+                 ) -> list[tuple[str, int]]:
+    """The inputs file(s) the jobs read and the rows of each: runs of the model's fixed
+    first axis (the worker feeds a model only the shape it declares), else of ``RUN_ROWS``
+    (one ``inputs.npz`` when they all fit)."""
     n = len(next(iter(arrays.values())))
-    for i in range(0, n, fixed):
-        write_npz(work / f"inputs-{i // fixed:05d}.npz",
-                  {k: v[i:i + fixed] for k, v in arrays.items()})
-    return [f"inputs-{i:05d}.npz" for i in range(n // fixed)]
+    step = fixed or RUN_ROWS
+    if fixed is None and n <= step:
+        write_npz(work / "inputs.npz", arrays)
+        return [("inputs.npz", n)]
+    feeds = []
+    for i in range(0, n, step):
+        name = f"inputs-{i // step:05d}.npz"
+        write_npz(work / name, {k: v[i:i + step] for k, v in arrays.items()})
+        feeds.append((name, min(step, n - i)))
+    return feeds
 
 
-def run_cells(cells: list[Cell], work: Path, feeds: list[str], rows: int,
-              args: argparse.Namespace) -> dict[tuple[Cell, str], dict[str, Any]]:
-    """Every cell, graph and inputs file in the kit's worker, one batch per release; each
-    cell's outputs stacked back in input order."""
+def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int]],
+              args: argparse.Namespace) -> tuple[dict[tuple[Cell, str], dict[str, Any]],
+                                                 dict[str, str]]:
+    """Every cell, graph and inputs file in the kit's worker, one batch per release, each
+    file in one call (``whole``: a tensor may lack a batch axis); each cell's outputs
+    stacked back in input order (``stacked``). Also the tensors compared whole, with the
+    shape of their first run."""
     from kit.runtime.runtimes import release_runtime
     from kit.runtime.scale import Batch, run_batches
 
@@ -209,25 +231,38 @@ def run_cells(cells: list[Cell], work: Path, feeds: list[str], rows: int,
     paths: dict[tuple[Cell, str], list[Path]] = {}
     for cell in cells:
         for graph, file in GRAPHS.items():
-            for feed in feeds:
+            for feed, rows in feeds:
                 output = (f"outputs/{cell.release}/{cell.level}-t{cell.threads}/"
                           f"{graph}-{feed}")
                 paths.setdefault((cell, graph), []).append(work / output)
                 jobs.setdefault(cell.release, []).append({
                     "id": f"{cell.name}/{graph}/{feed}", "model": file, "inputs": feed,
                     "graph_optimization": cell.level, "intra_op_threads": cell.threads,
-                    "output": output, "batch_size": rows})
+                    "output": output, "batch_size": rows, "whole": True})
     batches = [Batch(release_runtime(release), tuple(found), release)
                for release, found in jobs.items()]
     say(f"audit: {sum(len(j) for j in jobs.values())} jobs over {len(cells)} cells")
     run_batches(batches, work, work, backend=args.backend, scheduler=args.scheduler,
                 workers=args.workers, progress=say)
-    found = {}
+    found: dict[tuple[Cell, str], dict[str, Any]] = {}
+    whole: dict[str, str] = {}
+    sizes = [rows for _, rows in feeds]
     for key, files in paths.items():
         parts = [load_npz(path) for path in files]
-        found[key] = {name: np.concatenate([part[name] for part in parts])
+        found[key] = {name: stacked([part[name] for part in parts], sizes, name, whole)
                       for name in parts[0]}
-    return found
+    return found, whole
+
+
+def stacked(parts: list[Any], sizes: list[int], name: str, whole: dict[str, str]) -> Any:
+    """One tensor's runs in input order: concatenated along the batch axis where every run
+    carries its rows first, else compared whole (every run's values as one row of one
+    input, its shape recorded in ``whole``): an attention tensor laid out by head or by
+    sequence position is judged, never refused."""
+    if all(p.ndim and p.shape[0] == rows for p, rows in zip(parts, sizes, strict=True)):
+        return np.concatenate(parts)
+    whole.setdefault(name, " + ".join(f"{p.dtype}{list(p.shape)}" for p in parts))
+    return np.concatenate([p.reshape(-1) for p in parts]).reshape(1, 1, -1)
 
 
 def _g(value: float | None) -> str:
@@ -278,9 +313,10 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
                  "known cases whose status changes there: "
                  f"{', '.join(found['known_cases_changing_there']) or 'none'}"))
     sections.append(PageTable(
-        "Known defects (static screen)", ["case", "issue", "nodes", "from", "to", "fixed in"],
-        [[r["case"], str(r["issue"]), str(r["nodes"]), r["from"], r["to"], str(r["fixed_in"])]
-         for r in record["screen"]]))
+        "Known defects (static screen)", ["case", "issue", "nodes", "from", "to", "fixed in",
+                                          "decides"],
+        [[r["case"], str(r["issue"]), str(r["nodes"]), r["from"], r["to"], str(r["fixed_in"]),
+          "yes" if r["decides"] else f"advisory: {r['advisory']}"] for r in record["screen"]]))
     name = Path(record["model"]).name
     page = html_page(f"audit {name}", f"{name}: {record['verdict']}",
                      {"model": record["model"], "inputs": record["inputs"], **sides,

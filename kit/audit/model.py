@@ -3,6 +3,9 @@
 - ``parse_cell``: ``RELEASE[/LEVEL]`` against the kit's hash-locked releases
   (``kit/runtime/releases.toml``) and onnxruntime's levels;
 - ``load_model``: an ONNX file onnx can parse and check;
+- ``external_files``: the files its external data lies in (every model over 2 GB has
+  them), each inside the model's folder by the worker's own rule, so the audit carries
+  them with the model into its work folder;
 - ``check_inputs``: an ``.npz`` whose arrays are exactly the graph's inputs (not its
   initializers), with their element types, ranks and every fixed dimension; the first axis
   is the batch of inputs the audit splits and scores;
@@ -72,11 +75,35 @@ def load_model(path: Path) -> onnx.ModelProto:
         raise FileFormatError(f"{path}: no such model file")
     try:
         model = onnx.load(str(path), load_external_data=False)
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(str(path))  # by path: external data beside the model
     except Exception as exc:  # onnx raises DecodeError, ValidationError, ValueError...
         raise FileFormatError(f"{path}: not an ONNX model onnx can load and check "
                               f"({type(exc).__name__}: {str(exc)[:200]})") from None
     return model
+
+
+def external_files(path: Path) -> dict[str, Path]:
+    """Each external data location of the model at ``path`` and its file, checked by the
+    worker's rule (``kit.runtime.worker.model_files``: relative, no ``..``, no link out of
+    the model's folder, an existing file); a FileFormatError naming the model otherwise."""
+    from kit.runtime.worker import JobError, model_files
+
+    try:
+        return model_files(path, str(path))
+    except JobError as exc:
+        raise FileFormatError(f"{exc.path}: {exc.what}") from None
+
+
+def carry_external(files: dict[str, Path], folder: Path) -> None:
+    """The model's external data files copied into ``folder`` at their locations, so the
+    copies of the model written there (plain and instrumented) find them (a copy, not a
+    hard link: onnx refuses external data with several links as a possible attack)."""
+    import shutil
+
+    for location, source in files.items():
+        target = folder / location
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
 
 
 def graph_inputs(model: onnx.ModelProto) -> dict[str, tuple[int, list[int | str]]]:

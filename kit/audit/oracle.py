@@ -51,19 +51,21 @@ def widened(model: Any) -> Any:
     return copy
 
 
-def oracle_outputs(model: Any, feeds: dict[str, Array]) -> tuple[dict[str, Array], str]:
+def oracle_outputs(model: Any, feeds: dict[str, Array], wanted: Any = None
+                   ) -> tuple[dict[str, Array], str]:
     """The reference implementation's outputs for ``feeds`` (in runs of the model's fixed
-    first axis, one input at a time where it is dynamic) and the precision it ran in."""
+    first axis, one input at a time where it is dynamic) and the precision it ran in;
+    only the ``wanted`` outputs (default: all), which must carry a batch axis."""
     from onnx.reference import ReferenceEvaluator
 
-    names = [o.name for o in model.graph.output]
+    names = [o.name for o in model.graph.output if wanted is None or o.name in wanted]
     for candidate, precision in ((widened(model), "float64"), (model, "as exported")):
         try:
             evaluator = ReferenceEvaluator(candidate)
             wide = precision == "float64"
             rows, step = len(next(iter(feeds.values()))), fixed_batch(model) or 1
             runs: list[Any] = [
-                evaluator.run(None, {k: (v[i:i + step].astype(np.float64) if wide and
+                evaluator.run(names, {k: (v[i:i + step].astype(np.float64) if wide and
                                          v.dtype == np.float32 else v[i:i + step])
                                      for k, v in feeds.items()})
                 for i in range(0, rows - rows % step, step)]
@@ -117,13 +119,13 @@ def which_side(oracle: Array, a: Array, b: Array) -> dict[str, Any]:
 
 def judge_sides(model: Any, arrays: dict[str, Array], from_outputs: dict[str, Array],
                 to_outputs: dict[str, Array]) -> dict[str, Any]:
-    """Per output, which side the reference implementation sides with (module docstring),
-    on the last ``ORACLE_INPUTS`` inputs."""
+    """Per output given (those with a batch axis), which side the reference implementation
+    sides with (module docstring), on the last ``ORACLE_INPUTS`` inputs."""
     rows, step = len(next(iter(arrays.values()))), fixed_batch(model) or 1
     n = min(max(ORACLE_INPUTS, step) // step * step, rows - rows % step)
     feeds = {name: np.asarray(value)[-n:] for name, value in arrays.items()}
     try:
-        oracle, precision = oracle_outputs(model, feeds)
+        oracle, precision = oracle_outputs(model, feeds, set(from_outputs) & set(to_outputs))
     except OracleFailed as exc:
         return {"ran": False, "why": f"onnx.reference could not run the model ({exc})",
                 "inputs": n, "outputs": {}}

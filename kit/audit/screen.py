@@ -4,18 +4,26 @@ each side of the audit is on an affected release. No runtime; seconds.
 A case's pattern (``screen.patterns`` of ``kit/protocols/audit.yaml``) is a chain of node
 specs: each node has the spec's op type (or one of a list), its attribute values, and is
 the only consumer of the node before it; ``asymmetric_pads`` asks for pads whose begin and
-end differ; ``min_opset`` the model's default-domain opset. The releases, level, issue and
-fixing pull request come from the case itself (``kit/corpus/cases``).
+end differ, ``empty_axes`` for an axes input absent or empty, ``exponent_not`` for a Pow
+exponent other than a constant of that value, ``constant_zero`` for a Pad of constant zeros;
+``min_opset`` the model's default-domain opset. A pattern ``decides`` only where it holds
+the defect's whole static trigger; a broader one (the trigger lies in the data, or in shapes
+the screen does not read) is ``advisory``: shown with its reason, never the exit code. The
+releases, level, issue and fixing pull request come from the case itself
+(``kit/corpus/cases``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import onnx
 from onnx import helper
 
 from kit.audit.model import LEVELS, Cell
+
+SMALL = 64  # elements: the constants a pattern reads are axes, exponents and pad values
 
 
 def _opset(model: onnx.ModelProto) -> int:
@@ -30,7 +38,24 @@ def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
     return found
 
 
-def _node_matches(node: onnx.NodeProto, spec: dict[str, Any]) -> bool:
+def constants(model: onnx.ModelProto) -> dict[str, Any]:
+    """The small tensors whose value the graph fixes (initializers and Constant nodes'
+    values of at most ``SMALL`` elements: axes, exponents, pad values)."""
+    from onnx import numpy_helper
+
+    found = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
+             if not t.external_data and math.prod(t.dims) <= SMALL}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            found[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    return found
+
+
+def _input(node: onnx.NodeProto, index: int) -> str:
+    return node.input[index] if len(node.input) > index else ""
+
+
+def _node_matches(node: onnx.NodeProto, spec: dict[str, Any], fixed: dict[str, Any]) -> bool:
     ops = spec["op"] if isinstance(spec["op"], list) else [spec["op"]]
     if node.op_type not in ops:
         return False
@@ -39,8 +64,21 @@ def _node_matches(node: onnx.NodeProto, spec: dict[str, Any]) -> bool:
         return False
     if spec.get("asymmetric_pads"):
         pads = list(attrs.get("pads", []))
-        half = len(pads) // 2
-        return pads[:half] != pads[half:]
+        if pads[:len(pads) // 2] == pads[len(pads) // 2:]:
+            return False
+    if spec.get("empty_axes"):  # an axes input that is absent or an empty constant
+        axes = _input(node, 1)
+        if axes and (axes not in fixed or fixed[axes].size):
+            return False
+    if "exponent_not" in spec:  # a constant exponent of that value is not the trigger
+        exponent = fixed.get(_input(node, 1))
+        if exponent is not None and bool((exponent == spec["exponent_not"]).all()):
+            return False
+    if spec.get("constant_zero"):
+        value = fixed.get(_input(node, 2))
+        if attrs.get("mode", "constant") != "constant" or attrs.get("value", 0.0) or (
+                _input(node, 2) and (value is None or bool(value.any()))):
+            return False
     return True
 
 
@@ -53,15 +91,15 @@ def matches(model: onnx.ModelProto, pattern: dict[str, Any]) -> list[list[str]]:
     for node in nodes:
         for tensor in node.input:
             consumers.setdefault(tensor, []).append(node)
-    chain_spec = pattern["chain"]
+    chain_spec, fixed = pattern["chain"], constants(model)
     found = []
     for start in nodes:
-        if not _node_matches(start, chain_spec[0]):
+        if not _node_matches(start, chain_spec[0], fixed):
             continue
         chain, current = [start], start
         for spec in chain_spec[1:]:
             after = consumers.get(current.output[0], []) if current.output else []
-            if len(after) != 1 or not _node_matches(after[0], spec):
+            if len(after) != 1 or not _node_matches(after[0], spec, fixed):
                 break
             current = after[0]
             chain.append(current)
@@ -82,7 +120,8 @@ def affected(case: Any, cell: Cell) -> str:
 
 def screen(model: onnx.ModelProto, sides: dict[str, Cell], protocol: dict[str, Any]
            ) -> list[dict[str, Any]]:
-    """Each corpus case whose pattern the model holds: where, and each side's status."""
+    """Each corpus case whose pattern the model holds: where, each side's status, and
+    whether the match decides or is advisory (with the pattern's reason)."""
     from kit.corpus.cases import CASES
 
     patterns = protocol["screen"]["patterns"]
@@ -92,6 +131,8 @@ def screen(model: onnx.ModelProto, sides: dict[str, Cell], protocol: dict[str, A
         if where:
             rows.append({"case": case.id, "title": case.title, "issue": case.issue,
                          "pr": case.pr, "level": case.level, "nodes": where,
+                         "decides": bool(patterns[case.id]["decides"]),
+                         "advisory": patterns[case.id].get("advisory", ""),
                          "fixed_in": case.fixed[0] if case.fixed else None,
                          **{side: affected(case, cell) for side, cell in sides.items()}})
     return rows

@@ -12,6 +12,9 @@ Usage::
 ``JOBS.json`` holds ``{"jobs": [JOB, ...]}``; each JOB names a model and an input .npz
 (paths relative to IN), an output .npz (relative to OUT), the graph optimisation level and
 the thread counts. Every job is validated before any runs, so bad input writes nothing.
+Rows run ``batch_size`` at a time and every output must carry them on its first axis; a
+job with ``"whole": true`` runs every row in one call and keeps each output as it comes
+(a tensor laid out by attention head or by sequence position has no batch axis).
 Each output .npz holds one array per graph output, keyed by the output's name, and a
 ``.meta.json`` beside it records the runtime, session options and the sha256 of model,
 inputs and output. Both are written to a temporary name and renamed. Errors print
@@ -69,7 +72,7 @@ TEMPORARY = re.compile(r"\.(?P<name>.+)\.kit(?P<pid>[1-9][0-9]{0,9})-[a-z0-9_]{8
 GRAPH_LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_layout", "enable_all")
 JOB_KEYS = {
     "id", "model", "inputs", "output", "graph_optimization",
-    "intra_op_threads", "inter_op_threads", "batch_size",
+    "intra_op_threads", "inter_op_threads", "batch_size", "whole",
 }
 # onnxruntime's tensor type names for the dtypes the kit exchanges.
 ORT_DTYPES = {
@@ -223,6 +226,8 @@ def validate_job(job: Any, index: int) -> dict[str, Any]:
         value = filled[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise JobError(where, f"{key} must be a positive integer")
+    if not isinstance(filled.setdefault("whole", False), bool):
+        raise JobError(where, "whole must be true or false")
     if not str(filled["output"]).endswith(".npz"):
         raise JobError(str(filled["output"]), "output must end in .npz")
     return filled
@@ -518,9 +523,13 @@ def _check_inputs(session: Any, declared: Declared, shown: str) -> int:
 
 # ---------------------------------------------------------------- execution
 def _run_batched(session: Any, arrays: dict[str, Array], n: int,
-                 batch: int, shown: str) -> dict[str, Array]:
+                 batch: int, shown: str, whole: bool = False) -> dict[str, Array]:
+    """Every row, ``batch`` at a time, each output concatenated along its batch axis; a
+    ``whole`` job runs every row in one call and keeps each output as it comes (a
+    tensor with no batch axis, such as an attention score laid out by head, included)."""
     import onnxruntime as ort
 
+    batch = n if whole else batch
     names = [meta.name for meta in session.get_outputs()]
     chunks: dict[str, list[Array]] = {name: [] for name in names}
     for start in range(0, n, batch):
@@ -533,7 +542,7 @@ def _run_batched(session: Any, arrays: dict[str, Array], n: int,
                                   f"{min(start + batch, n) - 1}): "
                                   f"{_one_line(exc)}") from exc
         for name, value in zip(names, values, strict=True):
-            if value.ndim == 0 or value.shape[0] != min(batch, n - start):
+            if not whole and (value.ndim == 0 or value.shape[0] != min(batch, n - start)):
                 raise JobError(shown, f"graph output {name!r} has no batch axis "
                                       f"(shape {value.shape}); it cannot be batched")
             chunks[name].append(value)
@@ -633,7 +642,8 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
     started = time.monotonic()
     for done, (job, model, inputs, output, n) in enumerate(prepared, 1):
         session, arrays = session_for(model, job), loaded[inputs]
-        results = _run_batched(session, arrays, n, job["batch_size"], job["model"])
+        results = _run_batched(session, arrays, n, job["batch_size"], job["model"],
+                               job["whole"])
         data = npz_bytes(results)
         record = {
             **_session_record(session, job),
@@ -644,6 +654,8 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
             "output_sha256": hashlib.sha256(data).hexdigest(),
             "graph_outputs": sorted(results),
         }
+        if job["whole"]:
+            record["whole"] = True  # every row in one call: outputs need no batch axis
         if external[model]:
             record["model_external_data"] = {location: sha256_file(path) for location, path
                                              in sorted(external[model].items())}

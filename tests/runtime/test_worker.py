@@ -400,3 +400,32 @@ def test_a_model_that_does_not_load_or_run_is_a_refusal_naming_it(workdir: Path,
         assert f"{model}: {says}" in str(info.value)
         assert "Traceback" not in info.value.stderr
         assert [p for p in out.rglob("*") if p.is_file()] == []
+
+
+def test_a_whole_job_keeps_an_output_without_a_batch_axis(tmp_path: Path) -> None:
+    """A tensor laid out by position (here the rows transposed to the last axis) cannot be
+    split into batches; ``"whole": true`` runs every row in one call and keeps it."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, "N"])])
+    (tmp_path / "in").mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(tmp_path / "in" / "t.onnx"))
+    x = np.arange(15, dtype=np.float32).reshape(5, 3)
+    write_npz(tmp_path / "in" / "x.npz", {"x": x})
+    batched = {"model": "t.onnx", "inputs": "x.npz", "graph_optimization": "disable_all",
+               "batch_size": 2}
+    with pytest.raises(WorkerFailed, match="has no batch axis"):
+        run_jobs(get_runtime("ref"), [{**batched, "output": "a.npz"}], tmp_path / "in",
+                 tmp_path / "a", "venv")
+    (out,) = run_jobs(get_runtime("ref"), [{**batched, "output": "b.npz", "whole": True}],
+                      tmp_path / "in", tmp_path / "b", "venv")
+    np.testing.assert_array_equal(read_npz(out)["y"], x.T)
+    assert json.loads(meta_path(out).read_text())["whole"] is True
+    with pytest.raises(WorkerFailed, match="whole must be true or false"):
+        run_jobs(get_runtime("ref"), [{**batched, "output": "c.npz", "whole": 1}],
+                 tmp_path / "in", tmp_path / "c", "venv")

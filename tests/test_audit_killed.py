@@ -1,0 +1,78 @@
+"""The kill harness (``tests/kill_at.py``) on ``kit audit --out``: the report folder is made
+inside a folder of the user's that holds files named like the kit's own (``.x.tmp``,
+``audit.json``, ``index.html``, a ``notes`` folder of mode 0700). SIGKILLed at its writes
+(every one in ``nox -s hardening``, three moments in the default tests), it leaves no report
+that looks valid (``audit.json`` and ``index.html`` are there together, whole, or neither
+is); the next audit finishes with the same record as an uninterrupted one (its wall time
+aside), and every user file keeps its bytes and mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from kit.corpus.cases import CASES
+from kit.paths import ROOT
+from tests.kill_at import seed_user_files
+
+EVERY = int(os.environ.get("KIT_KILL_EVERY", "0"))
+USER_FILES = {".x.tmp": 0o600, "audit.json": 0o640, "index.html": 0o644,
+              "notes/mine.txt": 0o600}
+
+
+def audit_killed_at(kill_at: int, model: Path, inputs: Path,
+                    out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tests.kill_at", str(kill_at), "audit",
+                           str(model), "--inputs", str(inputs), "--from", "1.20.1",
+                           "--to", "1.29.0", "--out", str(out), "--workers", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def record(out: Path) -> dict[str, object]:
+    found = json.loads((out / "audit.json").read_text())
+    found.pop("wall_s")
+    return found
+
+
+def test_kit_audit_killed_at_its_writes_keeps_the_users_files(tmp_path: Path) -> None:
+    case = next(c for c in CASES if c.id == "pad-avgpool-fusion")
+    built = case.build(0)
+    model, inputs = tmp_path / "host.onnx", tmp_path / "host.npz"
+    onnx.save(built.model, str(model))
+    np.savez(inputs, **built.inputs)
+    done = tmp_path / "done"
+    done.mkdir()
+    proc = audit_killed_at(0, model, inputs, done / "report")
+    assert proc.returncode == 1, proc.stderr[-2000:]  # the case's defect: beyond
+    writes = int(proc.stderr.rsplit("kill_at: ", 1)[1].split()[0])
+    assert writes >= 10
+    expected = record(done / "report")
+    moments = range(1, writes + 1) if EVERY == 1 else sorted({1, writes // 2, writes})
+    for kill_at in moments:
+        folder = tmp_path / f"k{kill_at}"
+        folder.mkdir()
+        seed_user_files(folder, USER_FILES)
+        out = folder / "report"
+        killed = audit_killed_at(kill_at, model, inputs, out)
+        assert killed.returncode == -9, (kill_at, killed.stderr[-500:])
+        shown = [(out / name).is_file() for name in ("audit.json", "index.html")]
+        assert shown in ([True, True], [False, False]), (kill_at, shown)
+        if all(shown):
+            json.loads((out / "audit.json").read_text())  # whole
+        for name, mode in USER_FILES.items():
+            assert (folder / name).read_text() == f"the user's {name}", (kill_at, name)
+            assert (folder / name).stat().st_mode & 0o7777 == mode, (kill_at, name)
+        again = audit_killed_at(0, model, inputs, out)
+        assert again.returncode == 1, (kill_at, again.stderr[-500:])
+        assert record(out) == expected, kill_at
+        assert sorted(p.name for p in folder.iterdir()) == \
+            sorted([".x.tmp", "audit.json", "index.html", "notes", "report"]), kill_at
+        assert (folder / "notes").stat().st_mode & 0o7777 == 0o700
+        shutil.rmtree(folder)

@@ -1,0 +1,204 @@
+"""``python -m kit audit`` on the models people run (kit.audit.command, kit.audit.model,
+kit.audit.screen): a stock PyTorch TransformerEncoder with an embedding in front, exported
+by torch (attention tensors laid out by head have no batch axis: compared whole, never a
+refusal); the same model with its weights as external data (carried into the work folder,
+the user's files untouched); a location outside the model's folder refused before anything
+runs; and the screen's precision on every public model the onnx package ships."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from kit.audit.model import load_protocol
+from kit.audit.screen import matches
+from kit.paths import ROOT
+
+PAIR = ("1.20.1", "1.29.0")
+PATTERNS = load_protocol()["screen"]["patterns"]
+
+
+def audit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kit", "audit", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def transformer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A two-layer ``nn.TransformerEncoder`` (batch first) behind an ``nn.Embedding``, with
+    a mean-pooled linear head, exported by torch's exporter; token inputs, 16 rows of 12."""
+    import torch
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Embedding(100, 32)
+            layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+            self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.head = torch.nn.Linear(32, 10)
+
+        def forward(self, ids: torch.Tensor) -> torch.Tensor:
+            return self.head(self.encoder(self.embed(ids)).mean(dim=1))  # type: ignore[no-any-return]
+
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("transformer")
+    model, inputs = folder / "encoder.onnx", folder / "tokens.npz"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Model().eval(), (torch.zeros(2, 12, dtype=torch.int64),), str(model),
+                          input_names=["ids"], output_names=["logits"], opset_version=17,
+                          dynamic_axes={"ids": {0: "n"}, "logits": {0: "n"}}, dynamo=False)
+    np.savez(inputs, ids=np.random.default_rng(0).integers(0, 100, (16, 12)))
+    return model, inputs
+
+
+def test_a_transformer_encoder_gets_a_verdict(transformer: tuple[Path, Path],
+                                               tmp_path: Path) -> None:
+    model, inputs = transformer
+    out = tmp_path / "report"
+    proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
+                 "--out", str(out), "--workers", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((out / "audit.json").read_text())
+    assert record["verdict"] == "within clean drift"
+    whole = record["compared_whole"]
+    assert any("self_attn" in name for name in whole), whole  # laid out by head: whole
+    assert "logits" not in whole
+    assert record["oracle"]["ran"]
+    assert record["oracle"]["outputs"]["logits"]["closer"] in ("from", "to", "neither")
+    # LayerNormalization matches a known defect whose trigger is in the data: advisory
+    assert record["known_defects_affecting"] == []
+    assert record["advisory_matches_affecting"] == ["layernorm-large-mean"]
+
+
+def test_a_model_with_external_data_is_audited_and_the_users_files_kept(
+        transformer: tuple[Path, Path], tmp_path: Path) -> None:
+    plain, inputs = transformer
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    model = folder / "encoder.onnx"
+    onnx.save(onnx.load(str(plain)), str(model), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="encoder.weights", size_threshold=256)
+    before = {p.name: (p.read_bytes(), p.stat().st_mode, p.stat().st_nlink)
+              for p in folder.iterdir()}
+    out = tmp_path / "report"
+    proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
+                 "--out", str(out), "--workers", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((out / "audit.json").read_text())
+    assert record["external_data"] == ["encoder.weights"]
+    assert record["verdict"] == "within clean drift"
+    assert record["oracle"]["ran"]
+    assert (out / "work" / "encoder.weights").read_bytes() == before["encoder.weights"][0]
+    assert {p.name: (p.read_bytes(), p.stat().st_mode, p.stat().st_nlink)
+            for p in folder.iterdir()} == before
+
+
+def test_external_data_outside_the_models_folder_is_refused_first(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    weights = helper.make_tensor("w", TensorProto.FLOAT, [2], [1.0, 2.0])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+                              [weights])
+    built = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    (tmp_path / "secret.bin").write_bytes(np.ones(2, np.float32).tobytes())
+    folder = tmp_path / "model"
+    folder.mkdir()
+    tensor = built.graph.initializer[0]
+    tensor.ClearField("float_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "../secret.bin"
+    (folder / "m.onnx").write_bytes(built.SerializeToString())
+    np.savez(tmp_path / "x.npz", x=np.ones((4, 2), np.float32))
+    out = tmp_path / "report"
+    proc = audit(str(folder / "m.onnx"), "--inputs", str(tmp_path / "x.npz"), "--from",
+                 PAIR[0], "--to", PAIR[1], "--out", str(out))
+    assert proc.returncode == 2
+    assert "kit: error:" in proc.stderr
+    assert str(folder / "m.onnx") in proc.stderr
+    assert not out.exists()
+
+
+def public_models() -> dict[str, onnx.ModelProto]:
+    """Every model the onnx package ships: its light real models (ResNet-50, DenseNet-121,
+    Inception, VGG-19...), its PyTorch-converted and simple models, and its node tests."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    data = Path(onnx.__file__).parent / "backend" / "test" / "data"
+    found = {os.path.relpath(p, data): onnx.load(p, load_external_data=False)
+             for p in sorted(glob.glob(str(data / "light" / "*.onnx")) +
+                             glob.glob(str(data / "*" / "*" / "model.onnx")))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        found.update({f"node:{case.name}": case.model for case in collect_testcases(None)
+                      if case.model is not None})
+    return found
+
+
+def test_no_deciding_pattern_matches_a_public_model() -> None:
+    """The public models hold none of the corpus's defects' static triggers, so a deciding
+    pattern that matched one would decide on a false match; the advisory ones match there
+    (LayerNormalization, Max, Resize nearest...), which is why they are advisory."""
+    models = public_models()
+    assert len(models) > 1500
+    deciding = {(name, case) for name, model in models.items()
+                for case, pattern in PATTERNS.items() if pattern["decides"]
+                and matches(model, pattern)}
+    assert deciding == set()
+    advisory = {case for model in models.values() for case, pattern in PATTERNS.items()
+                if not pattern["decides"] and matches(model, pattern)}
+    assert {"layernorm-large-mean", "minmax-nan", "resize-nearest-tie"} <= advisory
+
+
+def test_a_deciding_pattern_reads_the_trigger_not_only_the_op() -> None:
+    """An RMS norm squaring (the fusion is right), a ReduceMean given axes (no identity
+    to lose) and a reflecting Pad (no zeros to fold) hold the op chains but not the
+    trigger; the same graphs with exponent 3, empty axes and zeros match."""
+    from onnx import TensorProto, helper
+
+    def graph(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> onnx.ModelProto:
+        g = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info(nodes[-1].output[0],
+                                                             TensorProto.FLOAT, None)], inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+
+    def rms(exponent: float) -> onnx.ModelProto:
+        chain = [("Pow", ["x", "e"]), ("ReduceMean", ["p"]), ("Add", ["m", "eps"]),
+                 ("Sqrt", ["a"]), ("Div", ["x", "s"])]
+        outs = ["p", "m", "a", "s", "y"]
+        nodes = [helper.make_node(op, ins, [o])
+                 for (op, ins), o in zip(chain, outs, strict=True)]
+        return graph(nodes,
+                     [helper.make_tensor("e", TensorProto.FLOAT, [], [exponent]),
+                      helper.make_tensor("eps", TensorProto.FLOAT, [], [1e-5])])
+
+    def reduce(axes: list[int]) -> onnx.ModelProto:
+        return graph([helper.make_node("ReduceMean", ["x", "axes"], ["y"],
+                                       noop_with_empty_axes=1)],
+                     [helper.make_tensor("axes", TensorProto.INT64, [len(axes)], axes)])
+
+    def pad(mode: str) -> onnx.ModelProto:
+        return graph([helper.make_node("Pad", ["x", "pads"], ["p"], mode=mode),
+                      helper.make_node("AveragePool", ["p"], ["y"], kernel_shape=[2],
+                                       count_include_pad=0)],
+                     [helper.make_tensor("pads", TensorProto.INT64, [4], [0, 1, 0, 1])])
+
+    held = [("simplified-layernorm-pow", rms(2.0), rms(3.0)),
+            ("reduce-noop-empty-axes", reduce([1]), reduce([])),
+            ("pad-avgpool-fusion", pad("reflect"), pad("constant"))]
+    for case, without, with_trigger in held:
+        assert matches(without, PATTERNS[case]) == [], case
+        assert matches(with_trigger, PATTERNS[case]), case
