@@ -24,7 +24,8 @@ from kit.audit.screen import matches
 from kit.paths import ROOT
 
 PAIR = ("1.20.1", "1.29.0")
-PATTERNS = load_protocol()["screen"]["patterns"]
+PROTOCOL = load_protocol()
+PATTERNS = PROTOCOL["screen"]["patterns"]
 
 
 def audit(*args: str) -> subprocess.CompletedProcess[str]:
@@ -202,3 +203,24 @@ def test_a_deciding_pattern_reads_the_trigger_not_only_the_op() -> None:
     for case, without, with_trigger in held:
         assert matches(without, PATTERNS[case]) == [], case
         assert matches(with_trigger, PATTERNS[case]), case
+
+
+def test_a_shape_a_release_changes_on_one_side_only_is_beyond_and_named() -> None:
+    """reduce-noop-empty-axes as 1.16.3 gives it: the affected release reduces a (4, 3, 4)
+    input to (1, 1, 1), which has no batch axis and is compared whole on that side only,
+    so the two sides' clean pairs differ in length; the verdict is beyond and names both
+    shapes, never a broadcast error (audited end to end by hand: docs/audit.md)."""
+    from kit.audit.calibrate import calibrate, verdict
+    from kit.audit.command import stacked
+
+    rng = np.random.default_rng(0)
+    right = rng.standard_normal((4, 3, 4)).astype(np.float32)
+    whole: dict[str, str] = {}
+    wrong = stacked([right.mean(keepdims=True)], [4], "y", whole)
+    assert whole == {"y": "float32[1, 1, 1]"}
+    assert stacked([right[:2], right[2:]], [2, 2], "y", whole).shape == (4, 3, 4)
+    alarm = PROTOCOL["alarm"]
+    found = calibrate([(wrong, wrong), (right, right)], (wrong, right), 2, alarm)
+    said, why = verdict({"y": found}, alarm["false_alarm_rate"])
+    assert said == "beyond clean drift"
+    assert "y (float32[1, 1, 1] against float32[4, 3, 4])" in why

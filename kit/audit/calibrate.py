@@ -60,7 +60,7 @@ def scores(a: Array, b: Array, scale: float | None = None) -> Array:
     every input of two arrays whose shapes differ (``reshaped``); an integer, boolean or
     string output scores 0 where the two sides are equal and infinity elsewhere."""
     a, b = np.asarray(a), np.asarray(b)
-    if a.shape[1:] != b.shape[1:]:
+    if a.shape != b.shape:
         return np.full(len(a), np.inf)
     if not (numeric(a) and numeric(b)):
         same = np.array([np.array_equal(x, y) for x, y in zip(a, b, strict=True)], bool)
@@ -103,13 +103,14 @@ def calibrate(clean: list[tuple[Array, Array]], audited: tuple[Array, Array], n_
               alarm: dict[str, Any]) -> Calibration:
     """The threshold from the clean pairs' calibration rows and the rates under it."""
     scale = output_scale(audited[0])
-    clean_scores = np.stack([scores(a, b, scale) for a, b in clean]) if clean else \
-        np.zeros((0, len(audited[0])))
-    per_pair = clean_scores[:, :n_cal].max(axis=1, initial=0.0)
+    # one score row per pair; the two sides' pairs differ in length where a release
+    # changed the tensor's shape (a tensor compared whole on one side only)
+    clean_scores = [scores(a, b, scale) for a, b in clean]
+    per_pair = np.array([row[:n_cal].max(initial=0.0) for row in clean_scores])
     clean_max = float(np.median(per_pair)) if len(per_pair) else 0.0
     tau = max(alarm["margin"] * clean_max, alarm["floor"])
-    held_rates = (clean_scores[:, n_cal:] > tau).mean(axis=1) if clean_scores.shape[1] > n_cal \
-        else np.zeros(len(clean_scores))
+    held_rates = np.array([(row[n_cal:] > tau).mean() if len(row) > n_cal else 0.0
+                           for row in clean_scores])
     rate = alarm["false_alarm_rate"]
     audited_scores = scores(*audited, scale)
     changed = reshaped(*audited)

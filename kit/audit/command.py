@@ -165,7 +165,8 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     rows = {name: {**c.as_dict(), **describe(outputs[(sides["from"], "plain")][name],
                                              outputs[(sides["to"], "plain")][name], name)}
             for name, c in plain.items()}
-    batched = [name for name in plain if name not in whole]
+    batched = [name for name in plain  # on one side at least: the other may have lost it
+               if any(len(outputs[(cell, "plain")][name]) == n for cell in sides.values())]
     oracle = judge_sides(onnx.load(str(args.model)) if external else model, arrays,
                          *({name: outputs[(sides[key], "plain")][name] for name in batched}
                            for key in ("from", "to")))
