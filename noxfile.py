@@ -155,10 +155,11 @@ def bench(session: nox.Session) -> None:
 def hardening(session: nox.Session) -> None:
     """The kill harness at every write of each command it covers (the default tests kill
     at every fourth or at a few moments): tests/kill_at.py, tests/claims/test_ship_killed.py,
-    test_reports_killed.py, test_verify_killed.py, tests/runtime/test_run_killed.py and
-    tests/test_audit_killed.py."""
+    test_reports_killed.py, test_verify_killed.py, test_replay_record_killed.py,
+    tests/runtime/test_run_killed.py and tests/test_audit_killed.py."""
     session.run(_python(), "-m", "pytest", "-q", "tests/claims/test_ship_killed.py",
                 "tests/claims/test_reports_killed.py", "tests/claims/test_verify_killed.py",
+                "tests/claims/test_replay_record_killed.py",
                 "tests/runtime/test_run_killed.py", "tests/test_audit_killed.py",
                 *session.posargs,
                 env={"KIT_KILL_EVERY": "1"}, external=True)

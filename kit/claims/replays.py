@@ -15,6 +15,7 @@ two hosts that report the same model and flags pick the same kernels.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -55,11 +56,16 @@ def parts(record: dict[str, Any], source: Path) -> dict[str, dict[str, Any]]:
 
 def ship_record(source: Path, root: Path = ROOT) -> list[Path]:
     """Add a replay record to the evidence under ``root`` (module docstring); returns the
-    files written."""
-    from kit.claims.coverage import refuse_leftovers, write_manifests
-    from kit.claims.journal import recover
+    files written. Under the ship's journal (``kit.claims.journal``): the machine's folder
+    is staged whole (its earlier records and the new parts) and swapped in, then the
+    manifests are written, so a ship killed at any moment leaves the earlier records or
+    the new ones, never a mix, and the next ship or record finishes or rolls it back."""
+    import shutil
 
-    recover(root, write_manifests)  # a killed ship's, or a killed record's, remains first
+    from kit.claims import journal
+    from kit.claims.coverage import refuse_leftovers, write_manifests
+
+    journal.recover(root, write_manifests)  # a killed ship's, or a killed record's, first
     refuse_leftovers(root)
     record = read_json(source, "give the replay-record.json that reproduce-all wrote")
     found = parts(record, source)
@@ -68,13 +74,21 @@ def ship_record(source: Path, root: Path = ROOT) -> list[Path]:
         if top.is_symlink() or (top.exists() and not top.is_dir()):
             raise KitError(f"{top}: not a folder of the checkout (a link or a file); move "
                            "it away")
-    folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, part in found.items():
-        write_atomic(folder / name, canonical_json(part))
-        written.append(folder / name)
-    write_manifests(root)
-    return written
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = journal.begin(root, folder, write_manifests)
+    try:
+        for earlier in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if earlier.name not in found and earlier.is_file() and not earlier.is_symlink():
+                shutil.copyfile(earlier, staging / earlier.name)  # kept as they were
+        for name, part in found.items():
+            write_atomic(staging / name, canonical_json(part))
+        os.chmod(staging, 0o755)
+    except BaseException:
+        journal.abandon(root)
+        raise
+    journal.staged(root, staging)
+    journal.finish(root, write_manifests)
+    return [folder / name for name in found]
 
 
 def load_records(root: Path = ROOT) -> tuple[list[dict[str, Any]], list[str]]:
