@@ -136,9 +136,13 @@ def staged(out: Path) -> Iterator[Path]:
             out.rmdir()
 
 
-def publish(staging: Path, out: Path, command: str) -> dict[str, str]:
+def publish(staging: Path, out: Path, command: str, commit: str | None = None
+            ) -> dict[str, str]:
     """Move every file under ``staging`` into ``out`` by the module's rule and mark what
-    was written; ``staging`` is removed. Returns the new mark's files."""
+    was written; ``staging`` is removed. Returns the new mark's files. ``commit`` names the
+    file that says the set is whole (an audit's ``audit.json``): its earlier copy is
+    removed before any file moves and the new one moves last, so while it is there every
+    file of its set is too."""
     try:
         before = written(out)
         new = {p.relative_to(staging).as_posix(): p for p in sorted(staging.rglob("*"))
@@ -150,7 +154,9 @@ def publish(staging: Path, out: Path, command: str) -> dict[str, str]:
         write_atomic(out / MARK, canonical_json({  # every file may be old or new from here
             "command": command, "files": {**before, **intent},
             "previous": {name: sha for name, sha in held.items() if intent.get(name) != sha}}))
-        for name, path in new.items():
+        if commit in new:
+            (out / commit).unlink(missing_ok=True)
+        for name, path in sorted(new.items(), key=lambda item: item[0] == commit):
             target = out / name
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_file():

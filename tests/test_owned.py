@@ -113,3 +113,39 @@ def test_a_named_file_clears_only_its_own_temporaries_a_killed_write_left(
     assert not left.exists()
     assert live.read_text() == other.read_text() == (tmp_path / ".x.tmp").read_text() == "kept?"
     assert (tmp_path / "report.json").read_bytes() == b"{}"
+
+
+def test_the_commit_file_moves_last_and_its_old_copy_goes_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An audit's record (``commit``) says its set is whole: a publish stopped after its
+    first move leaves neither the old record (with new files beside it) nor the new one."""
+    out = tmp_path / "out"
+    staging = temporary(out)
+    for name in ("z-page.html", "a-record.json"):
+        (staging / name).write_text("first")
+    publish(staging, out, "test", commit="a-record.json")
+    staging = temporary(out)
+    for name in ("z-page.html", "a-record.json"):
+        (staging / name).write_text("second")
+    moved: list[str] = []
+    real = os.replace
+
+    def stop_after_one(source: object, target: object) -> None:
+        if Path(str(target)).name == MARK:  # the intent mark, written before any move
+            return real(source, target)  # type: ignore[arg-type]
+        if len(moved) == 1:
+            raise OSError("killed")
+        moved.append(Path(str(target)).name)
+        real(source, target)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", stop_after_one)
+    with pytest.raises(OSError, match="killed"):
+        publish(staging, out, "test", commit="a-record.json")
+    assert moved == ["z-page.html"]  # the record was not moved first, by name order
+    assert not (out / "a-record.json").exists()
+    monkeypatch.setattr(os, "replace", real)
+    staging = temporary(out)
+    for name in ("z-page.html", "a-record.json"):
+        (staging / name).write_text("third")
+    publish(staging, out, "test", commit="a-record.json")
+    assert (out / "a-record.json").read_text() == "third"

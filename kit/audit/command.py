@@ -97,7 +97,7 @@ def run_command(args: argparse.Namespace) -> int:
         record["known_defects_affecting"] = touched
         record["advisory_matches_affecting"] = advisory
         write_report(staging, record)
-        publish(staging, out, "python -m kit audit")
+        publish(staging, out, "python -m kit audit", commit="audit.json")
     say(f"audit: {record['verdict']}; known defects on an affected side: "
         f"{', '.join(touched) or 'none'}; advisory matches (not deciding): "
         f"{', '.join(advisory) or 'none'}; report {out / 'index.html'}")
