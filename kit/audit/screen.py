@@ -46,7 +46,8 @@ def constants(model: onnx.ModelProto) -> dict[str, Any]:
     found = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
              if not t.external_data and math.prod(t.dims) <= SMALL}
     for node in model.graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value" \
+                and math.prod(node.attribute[0].t.dims) <= SMALL:
             found[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
     return found
 
