@@ -77,6 +77,21 @@ def begin(root: Path, target: Path, write_manifests: Manifests) -> Path:
     return staging
 
 
+def replace(root: Path, target: Path, write_manifests: Manifests,
+            fill: Callable[[Path], None]) -> None:
+    """A whole ship of ``target``: ``begin``, ``fill(staging)`` (a failure rolls back),
+    ``staged``, ``finish``."""
+    staging = begin(root, target, write_manifests)  # a killed ship's remains first
+    try:
+        fill(staging)
+        os.chmod(staging, 0o755)
+    except BaseException:
+        abandon(root)
+        raise
+    staged(root, staging)
+    finish(root, write_manifests)
+
+
 def staged(root: Path, staging: Path) -> None:
     """The copy into ``staging`` is complete: sync it, then mark the journal ``staged``."""
     for path in sorted(staging.rglob("*")):

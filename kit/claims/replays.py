@@ -15,7 +15,6 @@ two hosts that report the same model and flags pick the same kernels.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -75,19 +74,15 @@ def ship_record(source: Path, root: Path = ROOT) -> list[Path]:
             raise KitError(f"{top}: not a folder of the checkout (a link or a file); move "
                            "it away")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = journal.begin(root, folder, write_manifests)
-    try:
+
+    def fill(staging: Path) -> None:
         for earlier in sorted(folder.iterdir()) if folder.is_dir() else []:
             if earlier.name not in found and earlier.is_file() and not earlier.is_symlink():
                 shutil.copyfile(earlier, staging / earlier.name)  # kept as they were
         for name, part in found.items():
             write_atomic(staging / name, canonical_json(part))
-        os.chmod(staging, 0o755)
-    except BaseException:
-        journal.abandon(root)
-        raise
-    journal.staged(root, staging)
-    journal.finish(root, write_manifests)
+
+    journal.replace(root, folder, write_manifests, fill)
     return [folder / name for name in found]
 
 

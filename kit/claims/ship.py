@@ -16,7 +16,6 @@ any moment finish or roll back on the next call.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -153,16 +152,12 @@ def _ship_files(run: Path, root: Path, where: tuple[str, str], names: list[str],
     if claims.resolve() not in parent.resolve().parents:
         raise KitError(f"{parent}: resolves outside {claims}; ship writes only under it")
     parent.mkdir(parents=True, exist_ok=True)
-    staging = journal.begin(root, target, write_manifests)  # a killed ship's remains first
-    try:
+
+    def fill(staging: Path) -> None:
         refuse_leftovers(root, besides=staging)  # a live writer's temporaries: refused
         for path, name in copies:
             (staging / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, staging / name)
-        os.chmod(staging, 0o755)
-    except BaseException:
-        journal.abandon(root)
-        raise
-    journal.staged(root, staging)
-    journal.finish(root, write_manifests)
+
+    journal.replace(root, target, write_manifests, fill)
     return target
