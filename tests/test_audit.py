@@ -57,6 +57,8 @@ def test_a_small_conv_net_moves_within_clean_drift(convnet_onnx: Path, tmp_path:
     assert row["audited_max"] <= row["tau"]
     assert row["polygraphy_verdict"] in ("passes", "fails")
     assert record["first_moving"] is None
+    assert record["exposed"] is None  # within: the instrumented copy never ran
+    assert not (out / "work" / "probe.onnx").exists()
     assert len(record["clean_pairs"]) == 8  # three other levels and two threads, per side
     assert "within clean drift" in (out / "index.html").read_text()
     kept = sorted(p.name for p in (out / "work" / "outputs").rglob("*.npz"))

@@ -36,7 +36,9 @@ def audit(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def transformer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A two-layer ``nn.TransformerEncoder`` (batch first) behind an ``nn.Embedding``, with
-    a mean-pooled linear head, exported by torch's exporter; token inputs, 16 rows of 12."""
+    a mean-pooled linear head, exported by torch's exporter; token inputs, 16 rows of 12.
+    A second output gives the encoder's states laid out by sequence position (12, rows,
+    32), as a seq-first consumer would take them: it has no batch axis."""
     import torch
 
     class Model(torch.nn.Module):
@@ -47,8 +49,9 @@ def transformer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
             self.head = torch.nn.Linear(32, 10)
 
-        def forward(self, ids: torch.Tensor) -> torch.Tensor:
-            return self.head(self.encoder(self.embed(ids)).mean(dim=1))  # type: ignore[no-any-return]
+        def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            states = self.encoder(self.embed(ids))
+            return self.head(states.mean(dim=1)), states.transpose(0, 1)
 
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("transformer")
@@ -56,8 +59,9 @@ def transformer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(Model().eval(), (torch.zeros(2, 12, dtype=torch.int64),), str(model),
-                          input_names=["ids"], output_names=["logits"], opset_version=17,
-                          dynamic_axes={"ids": {0: "n"}, "logits": {0: "n"}}, dynamo=False)
+                          input_names=["ids"], output_names=["logits", "states"],
+                          opset_version=17, dynamo=False,
+                          dynamic_axes={"ids": {0: "n"}, "logits": {0: "n"}, "states": {1: "n"}})
     np.savez(inputs, ids=np.random.default_rng(0).integers(0, 100, (16, 12)))
     return model, inputs
 
@@ -71,10 +75,11 @@ def test_a_transformer_encoder_gets_a_verdict(transformer: tuple[Path, Path],
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((out / "audit.json").read_text())
     assert record["verdict"] == "within clean drift"
-    whole = record["compared_whole"]
-    assert any("self_attn" in name for name in whole), whole  # laid out by head: whole
-    assert "logits" not in whole
+    assert record["compared_whole"] == {"states": "float32[12, 16, 32]"}  # by position
+    assert record["outputs"]["states"]["identical_share"] in (0.0, 1.0)  # one row: whole
+    assert record["exposed"] is None  # within: nothing to localise, the copy never ran
     assert record["oracle"]["ran"]
+    assert sorted(record["oracle"]["outputs"]) == ["logits"]  # the batched output
     assert record["oracle"]["outputs"]["logits"]["closer"] in ("from", "to", "neither")
     # LayerNormalization matches a known defect whose trigger is in the data: advisory
     assert record["known_defects_affecting"] == []

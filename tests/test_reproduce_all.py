@@ -20,7 +20,7 @@ from kit.errors import ConfigError, KitError
 from kit.files import read_json, sha256
 from kit.paths import ROOT
 from kit.reproduce.plan import Clock, Cost, load_costs, print_plan
-from kit.reproduce.steps import ORDER, STUDIES, Options, identity, steps_for
+from kit.reproduce.steps import ARGV, NOT_SMALL, ORDER, STUDIES, Options, identity, steps_for
 from kit.runfolder import Run
 
 STUDY_FOLDERS = ("claims/drift/evidence/digits", "claims/corpus/evidence/kit",
@@ -45,7 +45,8 @@ def test_the_small_configuration_runs_ships_and_evaluates_every_study(
     runs, proc = small
     assert proc.returncode == 0, proc.stderr[-3000:]
     state = read_json(runs / "reproduce-all" / "state.json")
-    assert sorted(state) == sorted(ORDER)
+    assert sorted(state) == sorted(set(ORDER) - set(NOT_SMALL))
+    assert "reproduce-all: sciml-null: left out of --small" in proc.stderr
     assert all(entry["wall_s"] > 0 and entry["cpu_s"] > 0 for entry in state.values())
     fresh = runs / "reproduce-all" / "fresh"
     for folder in STUDY_FOLDERS:
@@ -61,7 +62,7 @@ def test_the_small_configuration_runs_ships_and_evaluates_every_study(
         lines.index(next(x for x in lines if "step 1/5 drift: started" in x))
     # a line as each step starts and ends (the 30 s progress lines aside)
     assert sum("left" in x and "step" in x and "still running" not in x
-               for x in lines) == 2 * len(ORDER)
+               for x in lines) == 2 * len(set(ORDER) - set(NOT_SMALL))
 
 
 def test_a_rerun_keeps_every_finished_step(
@@ -123,6 +124,10 @@ def test_bad_options_are_refused_before_any_work(args: list[str], says: str,
 
 def test_steps_follow_the_order_and_the_studies() -> None:
     assert steps_for(None) == list(ORDER)
+    assert steps_for(["sciml"]) == ["sciml", "sciml-null"]
+    assert steps_for(["sciml"], small=True) == ["sciml"]  # the null is the full study's
+    assert ARGV["sciml-null"](Options(runs=Path("/r"))) == [
+        ["sciml", "--run", "/r/sciml-null", "--models", "null"]]
     assert steps_for(["realdrift", "corpus"]) == ["corpus", "corpus-detectors", "sweep"]
     # every step name the plan prints is accepted, alone or beside a study
     assert steps_for(["corpus-detectors"]) == ["corpus-detectors"]
@@ -166,7 +171,7 @@ def test_expected_time_and_disk_refusal(tmp_path: Path, monkeypatch: pytest.Monk
 def test_every_step_has_a_recorded_cost_and_a_bad_table_is_refused(tmp_path: Path) -> None:
     for small in (False, True):
         steps = [s for s in load_costs(small) if s in ORDER]
-        assert sorted(steps) == sorted(ORDER)
+        assert sorted(steps) == sorted(set(ORDER) - (set(NOT_SMALL) if small else set()))
         # the rest are a step's cost for one source of its models
         assert {s.rsplit("-", 1)[0] for s in set(load_costs(small)) - set(ORDER)} <= set(ORDER)
         assert {s.rsplit("-", 1)[1] for s in set(load_costs(small)) - set(ORDER)} <= {

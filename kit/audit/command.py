@@ -6,13 +6,14 @@ clean drift, where first, and does a known defect touch it.
    both cells against the kit's releases and levels. A bad one is a ``kit: error`` before
    any environment is built.
 2. The static screen (``kit.audit.screen``), no runtime.
-3. One job per cell and graph (the model and its instrumented copy) in the kit's worker,
-   under each release's hash-locked environment, on any backend (venv, docker, Dask):
-   the two audited cells and the clean pairs of ``kit/protocols/audit.yaml``.
+3. One job per cell and run of inputs in the kit's worker, under each release's
+   hash-locked environment, on any backend (venv, docker, Dask): the two audited cells
+   and the clean pairs of ``kit/protocols/audit.yaml``.
 4. Per output: largest absolute and relative difference, bit-identical share, argmax
    flips, Polygraphy's default verdict, the calibrated verdict (``kit.audit.calibrate``);
-   the first node that leaves its clean envelope; which side onnx's reference
-   implementation sides with (``kit.audit.oracle``).
+   which side onnx's reference implementation sides with (``kit.audit.oracle``). Only
+   when the verdict is beyond clean drift, the instrumented copy runs on every cell too,
+   and the report names the first node that leaves its clean envelope.
 5. ``audit.json`` and ``index.html`` in the report folder. Exit 0 within clean drift, 1
    beyond it, when it cannot calibrate, or on an affected known defect whose pattern
    decides (an advisory match is shown, never the exit code); 2 on an error.
@@ -142,11 +143,10 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     write_atomic(work / GRAPHS["plain"], model.SerializeToString())
     external = external_files(args.model)
     carry_external(external, work)
-    exposed = probe(model, work / GRAPHS["probe"], protocol["localisation"]["op_types"])
     feeds = write_inputs(work, arrays, fixed_batch(model))
     partners = {side: clean_partners(cell, protocol) for side, cell in sides.items()}
     cells = list(dict.fromkeys([*sides.values(), *(c for p in partners.values() for c in p)]))
-    outputs, whole = run_cells(cells, work, feeds, args)
+    outputs, whole = run_cells(cells, work, feeds, args, "plain")
     n = len(next(iter(arrays.values())))
     n_cal = -(-n * protocol["inputs"]["calibration_share"] // 1)
     n_cal = int(min(max(n_cal, 1), n - 1))
@@ -170,15 +170,21 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     oracle = judge_sides(onnx.load(str(args.model)) if external else model, arrays,
                          *({name: outputs[(sides[key], "plain")][name] for name in batched}
                            for key in ("from", "to")))
-    probed = judge("probe")
-    for path in work.glob("outputs/*/*/probe-*"):  # every activation of every input: scored
-        path.unlink()
+    moving, exposed = None, None
+    if found == "beyond clean drift":  # localise: the instrumented copy, every cell again
+        exposed = probe(model, work / GRAPHS["probe"], protocol["localisation"]["op_types"])
+        probed, more = run_cells(cells, work, feeds, args, "probe")
+        outputs.update(probed)
+        whole.update(more)
+        moving = first_moving(judge("probe"), exposed, rate)
+        for path in work.glob("outputs/*/*/probe-*"):  # every activation of every input
+            path.unlink()
     pairs = [f"{side.name} vs {p.name}" for key, side in sides.items() for p in partners[key]]
     return {"verdict": found, "why": why, "outputs": rows, "inputs_n": n, "calibration_n": n_cal,
             "clean_pairs": pairs, "compared_whole": whole,
-            "external_data": sorted(external),
-            "cells": [c.name for c in cells], "exposed": len(exposed), "oracle": oracle,
-            "first_moving": first_moving(probed, exposed, rate)}
+            "external_data": sorted(external), "cells": [c.name for c in cells],
+            "exposed": None if exposed is None else len(exposed), "oracle": oracle,
+            "first_moving": moving}
 
 
 def describe(a: Any, b: Any, name: str) -> dict[str, Any]:
@@ -219,30 +225,29 @@ def write_inputs(work: Path, arrays: dict[str, Any], fixed: int | None
 
 
 def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int]],
-              args: argparse.Namespace) -> tuple[dict[tuple[Cell, str], dict[str, Any]],
-                                                 dict[str, str]]:
-    """Every cell, graph and inputs file in the kit's worker, one batch per release, each
-    file in one call (``whole``: a tensor may lack a batch axis); each cell's outputs
-    stacked back in input order (``stacked``). Also the tensors compared whole, with the
-    shape of their first run."""
+              args: argparse.Namespace, graph: str
+              ) -> tuple[dict[tuple[Cell, str], dict[str, Any]], dict[str, str]]:
+    """Every cell and inputs file of one graph (``GRAPHS``) in the kit's worker, one batch
+    per release, each file in one call (``whole``: a tensor may lack a batch axis); each
+    cell's outputs stacked back in input order (``stacked``). Also the tensors compared
+    whole, with the shape of their first run."""
     from kit.runtime.runtimes import release_runtime
     from kit.runtime.scale import Batch, run_batches
 
     jobs: dict[str, list[dict[str, Any]]] = {}
     paths: dict[tuple[Cell, str], list[Path]] = {}
     for cell in cells:
-        for graph, file in GRAPHS.items():
-            for feed, rows in feeds:
-                output = (f"outputs/{cell.release}/{cell.level}-t{cell.threads}/"
-                          f"{graph}-{feed}")
-                paths.setdefault((cell, graph), []).append(work / output)
-                jobs.setdefault(cell.release, []).append({
-                    "id": f"{cell.name}/{graph}/{feed}", "model": file, "inputs": feed,
-                    "graph_optimization": cell.level, "intra_op_threads": cell.threads,
-                    "output": output, "batch_size": rows, "whole": True})
+        for feed, rows in feeds:
+            output = f"outputs/{cell.release}/{cell.level}-t{cell.threads}/{graph}-{feed}"
+            paths.setdefault((cell, graph), []).append(work / output)
+            jobs.setdefault(cell.release, []).append({
+                "id": f"{cell.name}/{graph}/{feed}", "model": GRAPHS[graph], "inputs": feed,
+                "graph_optimization": cell.level, "intra_op_threads": cell.threads,
+                "output": output, "batch_size": rows, "whole": True})
     batches = [Batch(release_runtime(release), tuple(found), release)
                for release, found in jobs.items()]
-    say(f"audit: {sum(len(j) for j in jobs.values())} jobs over {len(cells)} cells")
+    say(f"audit: {sum(len(j) for j in jobs.values())} jobs of the {graph} graph over "
+        f"{len(cells)} cells")
     run_batches(batches, work, work, backend=args.backend, scheduler=args.scheduler,
                 workers=args.workers, progress=say)
     found: dict[tuple[Cell, str], dict[str, Any]] = {}
@@ -301,6 +306,8 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
             "Where it first moves", ["node", "op", "inputs", "alarm share"],
             [[moving["node"], moving["op"], moving["inputs"], f"{moving['audited_rate']:.0%}"]]
             if moving else [], note="" if moving else
+            "not run: the outputs stay within clean drift (the instrumented copy runs only "
+            "beyond it)" if record.get("exposed") is None else
             "no instrumented node leaves its clean envelope"))
     found = record.get("bisect")
     if found:

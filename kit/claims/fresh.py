@@ -82,12 +82,8 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
                 continue
             where = f"{ledger['study']}/{name}"
             again = "*" in chosen or where in chosen
-            shipped_files = [p.relative_to(root / folder).as_posix()
-                             for p in plain_files(root / folder)[0]]
-            names = [n for n in shipped_files
-                     if n.split("/")[-1] not in (SHIPPED_MANIFEST, *UNHASHED)]
-            verdicts = compare_folders(fresh / folder, root / folder, ledger["study"], names,
-                                       bounds, retrained=again)
+            verdicts = [*judged(fresh, root, folder, ledger["study"], bounds, again),
+                        *null_judged(fresh, root, substrate, ledger["study"], bounds, again)]
             if ledger["study"] == "drift" and not again:
                 from kit.drift.ties import revise  # ranks at their ties
 
@@ -111,6 +107,36 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
                        "claims/<study>/evidence/<substrate>)")
     return {"machine": this_machine(), "studies": studies,
             "holds": all(s["holds"] for s in studies.values())}
+
+
+def judged(fresh: Path, root: Path, folder: str, study: str, bounds: Any,
+           again: bool) -> list[Any]:
+    """Every file of the shipped evidence ``folder`` judged against the fresh one."""
+    shipped_files = [p.relative_to(root / folder).as_posix()
+                     for p in plain_files(root / folder)[0]]
+    names = [n for n in shipped_files
+             if n.split("/")[-1] not in (SHIPPED_MANIFEST, *UNHASHED)]
+    return compare_folders(fresh / folder, root / folder, study, names, bounds,
+                           retrained=again)
+
+
+def null_judged(fresh: Path, root: Path, substrate: dict[str, Any], study: str,
+                bounds: Any, again: bool) -> list[Any]:
+    """The files of a substrate's null evidence (its rows are decided against it too),
+    judged as ``null/FILE``; a fresh folder without it is refused, naming the commands
+    that make it."""
+    from dataclasses import replace
+
+    folder = substrate.get("null_evidence")
+    if not folder:
+        return []
+    if not (fresh / folder).is_dir():
+        raise KitError(f"{fresh / folder}: missing; every {study} row is decided against the "
+                       f"null subjects too: run python -m kit {study} --models null, then "
+                       f"python -m kit ship --run runs/{study}-null --into {fresh} "
+                       f"(reproduce-all --only {study} does both)")
+    return [replace(v, file=f"null/{v.file}")
+            for v in judged(fresh, root, folder, study, bounds, again)]
 
 
 def status_diff(ledger: dict[str, Any], substrate: str, root: Path, fresh: Path

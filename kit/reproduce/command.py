@@ -47,7 +47,7 @@ from kit.files import canonical_json, read_json, write_atomic
 from kit.heartbeat import minutes
 from kit.paths import ROOT
 from kit.reproduce.plan import Clock, load_costs, print_plan
-from kit.reproduce.steps import Options, finished, identity, run_step, steps_for
+from kit.reproduce.steps import NOT_SMALL, Options, finished, identity, run_step, steps_for
 from kit.runfolder import MACHINE, cpu_seconds, say
 from kit.runlock import hold
 
@@ -108,7 +108,9 @@ def run_command(args: argparse.Namespace) -> int:
     if args.small and args.models == "shipped":
         raise KitError("--small --models shipped: the small configuration trains its own "
                        "one-epoch model; the shipped models belong to the full one")
-    steps = steps_for(args.only)
+    steps = steps_for(args.only, args.small)
+    for step in set(steps_for(args.only)) - set(steps):
+        say(f"reproduce-all: {step}: left out of --small ({NOT_SMALL[step]})")
     models = resolve_models(args.models, args.small, steps)
     for step, source in models.items():
         why = ("the small configuration trains" if args.small else TRAINS_ALWAYS.get(step)

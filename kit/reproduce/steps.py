@@ -6,6 +6,9 @@ configuration.
     corpus            ``corpus``: the real-defect corpus
     corpus-detectors  ``corpus-detectors``: the corpus's detector study
     sciml             ``sciml``: the SciML study
+    sciml-null        ``sciml --models null``: its null subjects (every subject untrained,
+                      seeded), which every SciML row is decided against too; not in
+                      ``--small``, whose tiny subjects have no null
     sweep             ``sweep``: the real-drift sweep, with Polygraphy on the drift run's
                       fault matrix when that run is there
 
@@ -32,12 +35,14 @@ from kit.paths import ROOT
 from kit.runfolder import check_manifest, say
 
 # Which studies ``--only`` names, and the steps each takes.
-STUDIES = {"drift": ("drift",), "corpus": ("corpus", "corpus-detectors"), "sciml": ("sciml",),
-           "realdrift": ("sweep",)}
-ORDER = ("drift", "corpus", "corpus-detectors", "sciml", "sweep")
+STUDIES = {"drift": ("drift",), "corpus": ("corpus", "corpus-detectors"),
+           "sciml": ("sciml", "sciml-null"), "realdrift": ("sweep",)}
+ORDER = ("drift", "corpus", "corpus-detectors", "sciml", "sciml-null", "sweep")
+# The steps the small configuration leaves out, and why.
+NOT_SMALL = {"sciml-null": "the null subjects are the full study's, untrained"}
 # Each step's run folder under the runs root: the folder its own command writes by default.
 FOLDERS = {"drift": "digits", "corpus": "corpus", "corpus-detectors": "corpus-detectors",
-           "sciml": "sciml", "sweep": "sweep-digits"}
+           "sciml": "sciml", "sciml-null": "sciml-null", "sweep": "sweep-digits"}
 # The small configuration's subsets: the reference and candidate releases (the sweep
 # refuses a set without them) at the two levels the papers compare, one corpus case.
 SMALL_RELEASES = ["1.20.1", "1.29.0"]
@@ -74,16 +79,17 @@ def identity(o: Options, step: str) -> str:
     return hashlib.sha256(canonical_json(ARGV[step](plain))).hexdigest()
 
 
-def steps_for(only: list[str] | None) -> list[str]:
+def steps_for(only: list[str] | None, small: bool = False) -> list[str]:
     """The steps of the chosen studies or steps (default all), in ORDER: ``--only`` takes a
-    study's name (all its steps) or any step name the plan prints."""
+    study's name (all its steps) or any step name the plan prints; ``small`` leaves out
+    the steps of ``NOT_SMALL``."""
     unknown = sorted(set(only or ()) - set(STUDIES) - set(ORDER))
     if unknown:
         raise KitError(f"--only {' '.join(unknown)}: no such study or step; studies: "
                        f"{', '.join(STUDIES)}; steps: {', '.join(ORDER)}")
     chosen = {step for name in (only or STUDIES)
               for step in STUDIES.get(name, (name,))}
-    return [step for step in ORDER if step in chosen]
+    return [step for step in ORDER if step in chosen and not (small and step in NOT_SMALL)]
 
 
 def small_protocols(o: Options) -> tuple[Path, Path]:
@@ -134,6 +140,11 @@ def sciml_argv(o: Options) -> list[list[str]]:
              *(["--without-physicsnemo"] if o.without_physicsnemo else [])]]
 
 
+def null_argv(o: Options) -> list[list[str]]:
+    return [["sciml", "--run", str(o.folder("sciml-null")), "--models", "null",
+             *(["--without-physicsnemo"] if o.without_physicsnemo else [])]]
+
+
 def sweep_argv(o: Options) -> list[list[str]]:
     from kit.drift.stages.pipeline import finished as drift_finished
     from kit.runfolder import Run
@@ -151,7 +162,7 @@ def sweep_argv(o: Options) -> list[list[str]]:
 # its own: the studies set process-wide numerics (torch threads, kernel pins) of their own.
 ARGV: dict[str, Callable[[Options], list[list[str]]]] = {
     "drift": drift_argv, "corpus": corpus_argv, "corpus-detectors": detectors_argv,
-    "sciml": sciml_argv, "sweep": sweep_argv}
+    "sciml": sciml_argv, "sciml-null": null_argv, "sweep": sweep_argv}
 
 
 def run_step(o: Options, step: str, expected_s: float | None = None) -> None:
@@ -174,7 +185,7 @@ def run_step(o: Options, step: str, expected_s: float | None = None) -> None:
 # marks a step that finished.
 RECORDS = {"drift": "replay.json", "corpus": "corpus/corpus.json",
            "corpus-detectors": "detectors/detectors.json", "sciml": "steps/report.json",
-           "sweep": "sweep/sweep.json"}
+           "sciml-null": "steps/report.json", "sweep": "sweep/sweep.json"}
 
 
 def finished(o: Options, step: str) -> bool:

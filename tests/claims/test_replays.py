@@ -161,3 +161,30 @@ def test_a_schema_replaced_by_a_same_content_link_is_a_failed_check(checkout: Pa
     found = [p for p in check_manifests(checkout) if "symbolic link" in p]
     assert [p.split(":")[0] for p in found] == [str(schemas / "claim_ledger.schema.json"),
                                                  str(checkout / "locks" / "ref.lock")]
+
+
+def test_the_sciml_null_is_judged_beside_its_study_and_its_absence_named(
+        tmp_path: Path) -> None:
+    """Every SciML row is decided against the null subjects too, so a fresh SciML folder
+    without them is refused with the commands that make them, and their files are judged
+    as ``null/FILE`` (kit.claims.fresh.null_judged)."""
+    import yaml
+
+    from kit.claims.fresh import null_judged
+    from kit.tolerance import load_bounds
+
+    spec = yaml.safe_load((ROOT / "claims" / "sciml.yaml").read_text())["substrates"]["kit"]
+    null = spec["null_evidence"]
+    fresh = tmp_path / "fresh"
+    with pytest.raises(KitError, match=r"missing; every sciml row is decided against the "
+                                       r"null subjects too: run python -m kit sciml --models "
+                                       r"null"):
+        null_judged(fresh, ROOT, spec, "sciml", load_bounds(), False)
+    shutil.copytree(ROOT / null, fresh / null)
+    assert {v.verdict for v in null_judged(fresh, ROOT, spec, "sciml", load_bounds(),
+                                           False)} == {"identical"}
+    record = json.loads((fresh / null / "fno.json").read_text())
+    (fresh / null / "fno.json").write_text(json.dumps({**record, "moved": 1}))
+    moved = [v for v in null_judged(fresh, ROOT, spec, "sciml", load_bounds(), False)
+             if v.verdict != "identical"]
+    assert [(v.file, v.verdict) for v in moved] == [("null/fno.json", "differs")]
