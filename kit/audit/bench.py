@@ -4,8 +4,9 @@ The floor is the two runtimes' own inference time on the same inputs: the plain 
 under the audit's ``from`` cell and under its ``to`` cell, each in one in-process
 onnxruntime loop of that release's environment (``kit/runtime/floor.py``: sessions built
 once, no validation, no files). The audit does more than that on purpose (the clean pairs'
-eight more cells and the instrumented copy under every cell, each in the kit's worker),
-so the ratio says what the calibration and the localisation cost over the bare comparison.
+eight more cells, each in the kit's worker, and the instrumented copy under every cell when
+the verdict is beyond clean drift), so the ratio says what the calibration and the
+localisation cost over the bare comparison.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def bench_audit(report: Path) -> dict[str, Any]:
                       for side in ("from", "to")), 4)
     result = {"model": record["model"], "audit_s": record["wall_s"],
               "floor_s": floor, "ratio": round(record["wall_s"] / floor, 1),
-              "cells": len(record["cells"]), "jobs": 2 * len(record["cells"])}
+              "cells": len(record["cells"]),
+              # the plain model on every cell, and the instrumented copy where it localised
+              "jobs": (1 if record.get("exposed") is None else 2) * len(record["cells"])}
     print(json.dumps(result))
     return result

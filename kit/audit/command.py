@@ -11,9 +11,9 @@ clean drift, where first, and does a known defect touch it.
    and the clean pairs of ``kit/protocols/audit.yaml``.
 4. Per output: largest absolute and relative difference, bit-identical share, argmax
    flips, Polygraphy's default verdict, the calibrated verdict (``kit.audit.calibrate``);
-   which side onnx's reference implementation sides with (``kit.audit.oracle``). Only
-   when the verdict is beyond clean drift, the instrumented copy runs on every cell too,
-   and the report names the first node that leaves its clean envelope.
+   only when the verdict is beyond clean drift, which side onnx's reference
+   implementation sides with (``kit.audit.oracle``) and, from the instrumented copy run
+   on every cell too, the first node that leaves its clean envelope.
 5. ``audit.json`` and ``index.html`` in the report folder. Exit 0 within clean drift, 1
    beyond it, when it cannot calibrate, or on an affected known defect whose pattern
    decides (an advisory match is shown, never the exit code); 2 on an error.
@@ -165,13 +165,15 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     rows = {name: {**c.as_dict(), **describe(outputs[(sides["from"], "plain")][name],
                                              outputs[(sides["to"], "plain")][name], name)}
             for name, c in plain.items()}
-    batched = [name for name in plain  # on one side at least: the other may have lost it
-               if any(len(outputs[(cell, "plain")][name]) == n for cell in sides.values())]
-    oracle = judge_sides(onnx.load(str(args.model)) if external else model, arrays,
-                         *({name: outputs[(sides[key], "plain")][name] for name in batched}
-                           for key in ("from", "to")))
     moving, exposed = None, None
-    if found == "beyond clean drift":  # localise: the instrumented copy, every cell again
+    oracle = {"ran": False, "why": "not run: the two sides agree within clean drift, so "
+              "neither is nearer a reference than rounding", "outputs": {}}
+    if found == "beyond clean drift":  # which side is right, and where it first moves
+        batched = [name for name in plain  # on one side at least: the other may have lost it
+                   if any(len(outputs[(cell, "plain")][name]) == n for cell in sides.values())]
+        oracle = judge_sides(onnx.load(str(args.model)) if external else model, arrays,
+                             *({name: outputs[(sides[key], "plain")][name] for name in batched}
+                               for key in ("from", "to")))
         exposed = probe(model, work / GRAPHS["probe"], protocol["localisation"]["op_types"])
         probed, more = run_cells(cells, work, feeds, args, "probe")
         outputs.update(probed)
