@@ -68,6 +68,15 @@ def seed_user_files(folder: Path, user_files: dict[str, int]) -> None:
             os.chmod((folder / name).parent, 0o700)
 
 
+def changed_user_files(folder: Path, user_files: dict[str, int]) -> list[str]:
+    """The user's files (as ``seed_user_files`` wrote them) whose bytes or mode changed,
+    or that are gone."""
+    return [name for name, mode in user_files.items()
+            if not (folder / name).is_file()
+            or (folder / name).read_text() != f"the user's {name}"
+            or (folder / name).stat().st_mode & 0o7777 != mode]
+
+
 def main() -> int:
     kill_at = int(sys.argv[1])
     count = arm(kill_at)

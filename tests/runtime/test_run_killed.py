@@ -17,7 +17,7 @@ from pathlib import Path
 from kit.files import load_npz
 from kit.paths import ROOT
 from kit.runtime.worker import meta_path
-from tests.kill_at import seed_user_files
+from tests.kill_at import changed_user_files, seed_user_files
 
 EVERY = int(os.environ.get("KIT_KILL_EVERY", "4"))
 USER_FILES = {".x.tmp": 0o600, "out.npz.tmp": 0o640, "index.html": 0o644,
@@ -59,9 +59,7 @@ def test_kit_run_killed_at_its_writes_leaves_the_users_files_and_finishes_next_t
         if out.exists():  # whole, with its record, or absent
             assert sorted(load_npz(out)) == ["logits"], kill_at
             assert meta_path(out).is_file(), kill_at
-        for name, mode in USER_FILES.items():
-            assert (folder / name).read_text() == f"the user's {name}", (kill_at, name)
-            assert (folder / name).stat().st_mode & 0o7777 == mode, (kill_at, name)
+        assert changed_user_files(folder, USER_FILES) == [], kill_at
         again = run_killed_at(0, workdir, out)
         assert again.returncode == 0, (kill_at, again.stderr[-500:])
         found = {name: data.replace(str(folder).encode(), str(done).encode())
@@ -70,3 +68,14 @@ def test_kit_run_killed_at_its_writes_leaves_the_users_files_and_finishes_next_t
         assert (folder / "notes").stat().st_mode & 0o7777 == 0o700
         shutil.rmtree(folder)
 
+
+
+def test_a_changed_mode_a_changed_byte_and_a_missing_file_are_each_named(
+        tmp_path: Path) -> None:
+    seed_user_files(tmp_path, USER_FILES)
+    assert changed_user_files(tmp_path, USER_FILES) == []
+    os.chmod(tmp_path / ".x.tmp", 0o644)
+    (tmp_path / "index.html").write_text("the kit's page")
+    (tmp_path / "notes" / "mine.txt").unlink()
+    assert changed_user_files(tmp_path, USER_FILES) == [".x.tmp", "index.html",
+                                                         "notes/mine.txt"]
