@@ -10,8 +10,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -22,16 +20,10 @@ import pytest
 from kit.audit.model import load_protocol
 from kit.audit.screen import matches
 from kit.corpus.cases import CASES
-from kit.paths import ROOT
+from tests.test_audit import PAIR, audit
 
-PAIR = ("1.20.1", "1.29.0")
 PROTOCOL = load_protocol()
 PATTERNS = PROTOCOL["screen"]["patterns"]
-
-
-def audit(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kit", "audit", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, check=False)
 
 
 @pytest.fixture(scope="module")
