@@ -147,7 +147,8 @@ def audit(session: nox.Session) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Infer wall time over its floor (<= 1.3) and the nested bootstrap (<= 5 s); -- --audit
-    DIR: a finished audit's time over its floor (the two runtimes' own inference)."""
+    DIR: a finished audit's time over its floor (the two runtimes' own inference); --
+    --answer: verify --claim A-052 in fresh starts (<= 2 s on an idle machine)."""
     session.run(_python(), "-m", "kit", "bench", *session.posargs, external=True)
 
 

@@ -76,6 +76,9 @@ def _add_drift_commands(add: Add) -> None:
     bench.add_argument("--audit", type=Path, metavar="DIR",
                        help="only a finished audit's report folder: its time against its "
                             "floor (the two runtimes' own inference on the same inputs)")
+    bench.add_argument("--answer", nargs="?", const="A-052", metavar="ID",
+                       help="only how fast verify answers one claim (default A-052): "
+                            "verify --claim ID in fresh starts, against 2 s")
 
 
 def add_scale_options(parser: argparse.ArgumentParser) -> None:

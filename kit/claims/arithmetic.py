@@ -165,8 +165,9 @@ def check(entry: dict[str, Any], paper: str) -> Check:
                  values[0], consistent, _expected(printed), inputs)
 
 
-def load_checks(root: Path) -> list[Check]:
-    """Every check of the file, recomputed (a KitError naming the file and the entry when
+def load_checks(root: Path, only: tuple[str, ...] = ()) -> list[Check]:
+    """Every check of the file (or only those of the ``only`` claims; the whole file is
+    still read and validated), recomputed (a KitError naming the file and the entry when
     it does not load or an entry cannot be computed)."""
     path = root / FILE
     document = read_yaml(path)
@@ -174,6 +175,8 @@ def load_checks(root: Path) -> list[Check]:
     found = []
     for paper in document["papers"]:
         for entry in paper["checks"]:
+            if only and entry.get("claim") not in only:
+                continue
             try:
                 found.append(check(entry, paper["paper"]))
             except (KitError, ZeroDivisionError, ValueError) as exc:
@@ -200,15 +203,15 @@ def describe(c: Check) -> str:
             f"its printed inputs give {c.recomputed:.6g} [{c.inputs}]: {agrees}")
 
 
-def attach(outcomes: list[Any], root: Path, problems: list[str]
+def attach(outcomes: list[Any], root: Path, problems: list[str], only: tuple[str, ...] = ()
            ) -> tuple[list[Any], list[dict[str, Any]]]:
     """The outcomes, each row an inconsistent check names with the check in its note, and
-    every check for verify's report. A file that does not load is a failed check, never a
-    pass."""
+    every check (of the ``only`` claims, when named) for verify's report. A file that does
+    not load is a failed check, never a pass."""
     if not (root / FILE).is_file():  # a checkout without it (the manifests name a deletion)
         return outcomes, []
     try:
-        checks = load_checks(root)
+        checks = load_checks(root, only)
     except KitError as exc:
         problems.append(str(exc))
         return outcomes, []
@@ -226,6 +229,7 @@ def attach(outcomes: list[Any], root: Path, problems: list[str]
 def summary_line(checks: list[dict[str, Any]]) -> str:
     """verify's line: how many printed numbers were recomputed, and which disagree."""
     wrong = [c["id"] for c in checks if not c["consistent"]]
-    return (f"verify: the papers' own arithmetic: {len(checks)} printed numbers recomputed "
+    numbers = "printed number" if len(checks) == 1 else "printed numbers"
+    return (f"verify: the papers' own arithmetic: {len(checks)} {numbers} recomputed "
             f"from the papers' own printed inputs ({FILE}), {len(wrong)} inconsistent"
             + (f": {', '.join(wrong)}" if wrong else ""))

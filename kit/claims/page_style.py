@@ -126,7 +126,13 @@ SCRIPT = """
     (bar?bar.offsetHeight+8:0)+'px';}
   pad(); window.addEventListener('resize',pad);
   var target=location.hash&&document.getElementById(decodeURIComponent(location.hash.slice(1)));
-  if(target){target.scrollIntoView();
+  // a link to a claim opens what it explains (its cell's or row's folds) and any fold
+  // around it, then lands below the bar
+  if(target){
+    for(var up=target.parentElement;up;up=up.parentElement){
+      if(up.tagName==='DETAILS'){up.open=true;}}
+    target.querySelectorAll('details').forEach(function(d){d.open=true;});
+    target.scrollIntoView();
     var top=target.getBoundingClientRect().top, r=bar?bar.getBoundingClientRect():null;
     document.body.dataset.jump=r&&r.top<=top&&top<r.bottom-1?'under':'clear';}
   document.body.dataset.ready='yes';

@@ -53,14 +53,17 @@ from kit.runfolder import SHIPPED_MANIFEST, UNHASHED
 from kit.schema import problems as schema_problems
 
 
-def check_schemas(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
+def check_schemas(root: Path, ledgers: list[dict[str, Any]], recounts: bool = True
+                  ) -> list[str]:
     """Problems with the evidence records and protocol copies the ledgers point at, and
-    with the SciML MR cards (every violation of every file, empty when all validate)."""
+    with the SciML MR cards (every violation of every file, empty when all validate);
+    with ``recounts``, also a drift folder's stored bootstrap summaries against their
+    recount (no claim reads them: ``verify --claim`` leaves it to the full run)."""
     problems = []
     for ledger in ledgers:
         for substrate in ledger["substrates"].values():
             problems += collect(_record_problems, root / substrate["evidence"],
-                                ledger["study"])
+                                ledger["study"], recounts)
     from kit.sciml.cards import CARDS
 
     for card in sorted(CARDS.glob("*.yaml")):
@@ -80,7 +83,7 @@ def _protocol_problems(path: Path) -> list[str]:
     return []
 
 
-def _record_problems(folder: Path, study: str) -> list[str]:
+def _record_problems(folder: Path, study: str, recounts: bool = True) -> list[str]:
     """One evidence folder: its record against its schema, and a drift folder's protocol
     copy and its stored bootstrap summaries against their recount (``kit.drift.recount``;
     absent records are not run here, not problems)."""
@@ -94,7 +97,7 @@ def _record_problems(folder: Path, study: str) -> list[str]:
     problems = collect(lambda: schema_problems(read_shipped(record), "score_record.schema.json",
                                                record))
     problems += collect(_protocol_problems, folder / "score" / "protocol.yaml")
-    if problems:
+    if problems or not recounts:
         return problems
     from kit.claims.ledger import _evidence
     from kit.drift import recount
@@ -257,6 +260,12 @@ class Selection:
                 and (not self.statuses or o.status in self.statuses)]
 
 
+# What a run for named claims leaves to the full run: checks that read only other claims'
+# inputs (the integrity checks of every file, the roots and the interpreter still run).
+LEFT_TO_FULL = ("left to a run without --claim: the recount of the stored bootstrap summaries "
+                "(no claim reads them) and the papers' own arithmetic of the rows not named")
+
+
 def count_statuses(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
     """Per study, how many claim checks have each status (every status listed)."""
     studies = sorted({o.study for o in outcomes})
@@ -277,8 +286,8 @@ def evaluate_all(root: Path, ledger_paths: list[Path], problems: list[str],
             problems.append(str(exc))
     for check in (check_manifests, run_manifest_problems, check_trajectories):
         problems += collect(check, root)
-    for ledger_check in (check_schemas, paper_pin_problems):
-        problems += collect(ledger_check, root, ledgers)
+    problems += collect(check_schemas, root, ledgers, not only)
+    problems += collect(paper_pin_problems, root, ledgers)
     if only:  # a named claim no ledger holds: refused, with the nearest ids
         Selection(claims=only).chosen([Outcome(c["id"], "", "", "", "", "", "", "", "")
                                        for ledger in ledgers for c in ledger["claims"]])
@@ -317,7 +326,7 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     problems: list[str] = environment()
     # an answer in a second: with claims named, only those are recomputed
     outcomes = evaluate_all(root, ledger_paths, problems, select.claims if select else ())
-    outcomes, arithmetic = attach(outcomes, root, problems)
+    outcomes, arithmetic = attach(outcomes, root, problems, select.claims if select else ())
     try:
         shown = (select or Selection()).chosen(outcomes)
     except KitError as exc:  # a ledger that did not load holds none of its claims
@@ -347,6 +356,8 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
         print(f"verify: claims page {write_page(report, page, root)}")
     if select:
         print(f"verify: {len(shown)} of {len(outcomes)} claim checks selected")
+    if select and select.claims:
+        print(f"verify: {LEFT_TO_FULL}")
     print_rows(shown, bool(select and select.claims))
     if not ok:  # the reason beside the last line, not only hundreds of lines above it
         print(failure_reason(problems, differing, reversed_ if strict_findings else []))

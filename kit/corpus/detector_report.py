@@ -45,25 +45,31 @@ def _host_row(row: dict[str, Any]) -> list[str]:
 
 
 def tpr_figure(hosts: list[dict[str, Any]], out: Path) -> str:
+    """TPR per host and detector as horizontal bars (hosts down the page, so the labels
+    keep a readable size at page width whatever the number of hosts), each with its
+    interval as a whisker and the realised FPR as a cross."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(1.1 * max(len(hosts), 1) + 2.5, 4))
-    width = 0.8 / len(SHOWN)
+    fig, ax = plt.subplots(figsize=(8, 0.62 * max(len(hosts), 1) + 1.6))
+    height = 0.8 / len(SHOWN)
     for i, name in enumerate(SHOWN):
-        x = np.arange(len(hosts)) + (i - (len(SHOWN) - 1) / 2) * width
+        y = np.arange(len(hosts)) + (i - (len(SHOWN) - 1) / 2) * height
         tpr = [h["detection"][name]["tpr"] for h in hosts]
         rates = np.array([t["rate"] for t in tpr])
         below = [float(r - t["interval"][0]) for r, t in zip(rates, tpr, strict=True)]
         above = [float(t["interval"][1] - r) for r, t in zip(rates, tpr, strict=True)]
-        ax.bar(x, rates, width, yerr=[below, above], capsize=2, label=name)
-        ax.scatter(x, [h["detection"][name]["fpr"]["rate"] for h in hosts], marker="_",
-                   color="black", s=60, zorder=3)
-    ax.set_xticks(range(len(hosts)), [f"{h['case']}\n{h['model']}" for h in hosts],
-                  rotation=60, ha="right", fontsize=7)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("TPR (dash: realised FPR)")
-    ax.set_title("Real defects in the digits models: TPR per detector (Polygraphy uncalibrated)",
-                 fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+        ax.barh(y, rates, height, xerr=[below, above], capsize=0, ecolor="#444444",
+                label=name)
+        ax.scatter([h["detection"][name]["fpr"]["rate"] for h in hosts], y, marker="x",
+                   color="black", s=14, linewidths=1, zorder=3,
+                   label="realised FPR" if i == 0 else None)
+    ax.set_yticks(range(len(hosts)), [f"{h['case']} / {h['model']}" for h in hosts],
+                  fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.05)
+    ax.set_xlabel("TPR (bars, with 95% interval); crosses: realised FPR", fontsize=9)
+    ax.set_title("Real defects in the digits models: TPR per detector\n(Polygraphy "
+                 "uncalibrated)", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     fig.tight_layout()
     save_png(fig, out / "detectors-tpr.png")
     return "detectors-tpr.png"

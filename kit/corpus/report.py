@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from kit.corpus import rule
 from kit.files import read_json, write_atomic
 from kit.reporting import PageFigure, PageTable, html_page, pyplot, save_png, write_table
 
@@ -106,6 +107,24 @@ MAP_NOTE = ("Rows: the cases at their level; columns: onnxruntime releases. Colo
             "Red outline: a release the issue declares affected.")
 
 
+RULE_SHOWN = (f"version {rule.REVISED} (02e59e2: a NaN on both sides, or the same infinity, "
+              "agrees), as the pipeline records it; every count and the table below use it")
+
+
+def first_rule(run: Path) -> str:
+    """The count under the deviation rule as first committed (``rule.FROZEN``), recomputed
+    from the run's outputs: the rule the claims page decides the hypotheses K1-K5 under,
+    with the cases the two rules decide apart."""
+    from kit.corpus.recompute import CorpusEvidence
+
+    evidence = CorpusEvidence(run)
+    first, shown = evidence.reproduced(rule.FROZEN), evidence.reproduced(rule.REVISED)
+    apart = sorted(set(first) ^ set(shown))
+    return (f"{len(first)} of {len(evidence.decisions_under(rule.FROZEN))}: the rule as first "
+            "committed, under which the claims page decides the hypotheses K1-K5"
+            + (f"; the rules decide apart on {', '.join(apart)}" if apart else ""))
+
+
 def write_report(run: Path, out: Path | None = None) -> Path:
     """Write the report of a corpus run (or the shipped evidence) from its
     ``corpus/cases.json`` into ``out`` (default ``<run>/report/``); returns the page."""
@@ -121,7 +140,10 @@ def write_report(run: Path, out: Path | None = None) -> Path:
                               "deviation and Polygraphy's verdict", HEADER, rows))
     s = evidence["summary"]
     low, high = s["wilson95"]
-    provenance = {"cases": s["listed"], "reproduced": s["reproduced"],
+    provenance = {"cases": s["listed"],
+                  "deviation rule shown": RULE_SHOWN,
+                  "reproduced": s["reproduced"],
+                  "reproduced under version 1": first_rule(run),
                   "rate (Wilson 95%)": f"{_number(s['rate'])} [{_number(low)}, {_number(high)}]",
                   "paper": f"{s['paper']['reproduced']}/{s['paper']['listed']} (unnamed issues)",
                   "releases": ", ".join(evidence["releases"]),

@@ -77,19 +77,24 @@ def threshold_free(table: Table, detector: str, where: Array | None = None) -> d
             "auprc": float(average_precision_score(truth, scores))}
 
 
-def primary(table: Table, models: list[str], quantile: float = 0.99) -> dict[str, Any]:
-    """Table 1 and 2: every detector's thresholds, rates and AUROC/AUPRC, pooled and per
-    model."""
+def primary(table: Table, models: list[str], quantile: float = 0.99,
+            free: bool = True) -> dict[str, Any]:
+    """Table 1 and 2: every detector's thresholds, rates and (with ``free``) AUROC/AUPRC,
+    pooled and per model. Without ``free`` scikit-learn is never imported: a claim that
+    reads only rates answers without it (``kit.drift.shipped.Evidence.rates``)."""
+    def scored(detector: str, where: Array | None = None) -> dict[str, float]:
+        return threshold_free(table, detector, where) if free else {}
+
     result: dict[str, Any] = {}
     for detector in DETECTORS:
         limits = thresholds(table, detector, quantile)
         entry = {"thresholds": {models[m]: v for m, v in limits.items()},
-                 **detection(table, detector, limits), **threshold_free(table, detector),
+                 **detection(table, detector, limits), **scored(detector),
                  "per_model": {}}
         for m, name in enumerate(models):
             mine = table["model"] == m
             entry["per_model"][name] = {**detection(table, detector, limits, mine),
-                                        **threshold_free(table, detector, mine)}
+                                        **scored(detector, mine)}
         result[detector] = entry
     return result
 

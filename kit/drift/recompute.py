@@ -87,7 +87,7 @@ def case_count(ev: Evidence, kind: str) -> Value:
 def rate(ev: Evidence, detector: str, what: str = "tpr", model: str | None = None,
          count: bool = False) -> Value:
     """Held-out TPR or FPR of a detector (percent, or the count), pooled or one model."""
-    entry = ev.primary[detector] if model is None else ev.primary[detector]["per_model"][model]
+    entry = ev.rates[detector] if model is None else ev.rates[detector]["per_model"][model]
     return int(entry[what]["count"]) if count else _pct(entry[what]["rate"])
 
 

@@ -128,6 +128,14 @@ class Evidence:
         return analysis.primary(self.table(), self.models, self.quantile)
 
     @cached_property
+    def rates(self) -> dict[str, Any]:
+        """``primary`` without AUROC and AUPRC (the rates alone, read from ``primary`` when
+        that is computed already)."""
+        if "primary" in self.__dict__:
+            return self.primary
+        return analysis.primary(self.table(), self.models, self.quantile, free=False)
+
+    @cached_property
     def localisation(self) -> dict[str, Any]:
         ranks = analysis.ranks_from_layers(self.table(), self.layers, self.models, self.quantile)
         return analysis.localisation(self.table(), self.models, ranks)

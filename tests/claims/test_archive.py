@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,20 @@ def test_an_uncommitted_change_is_refused_and_nothing_is_written(repo: Path,
                                        r"changed\) is not committed"):
         write_archive(repo, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_two_archives_of_one_commit_are_the_same_bytes(repo: Path, tmp_path: Path) -> None:
+    """A deposit can be rebuilt and checked by anyone: the same commit gives the same
+    archive and sha256, whatever the time, the files' times or the umask."""
+    first = json.loads(write_archive(repo, tmp_path / "one").read_text())
+    for path in (repo / "claims").rglob("*"):
+        os.utime(path, (1, 1))
+    old = os.umask(0o077)
+    try:
+        time.sleep(1.1)  # another second in any time stamp the archive could carry
+        second = json.loads(write_archive(repo, tmp_path / "two").read_text())
+    finally:
+        os.umask(old)
+    assert first["sha256"] == second["sha256"]
+    assert (tmp_path / "one" / first["archive"]).read_bytes() == \
+        (tmp_path / "two" / second["archive"]).read_bytes()

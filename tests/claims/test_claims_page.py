@@ -234,6 +234,19 @@ def test_chromium_loads_the_shipped_claims_page_at_two_widths(tmp_path: Path) ->
         jumped = _headless(chromium, tmp_path / f"home-{anchor}", "--window-size=1024,900",
                            "--dump-dom", f"{page.as_uri()}#{anchor}").stdout
         assert 'data-jump="clear"' in jumped
+    # a link to a cell opens what it explains; three cells in the paper's printed form
+    for anchor, shown in (("B-215-kit", "0.996"), ("B-077-kit", "1.00/0.88"),
+                          ("B-018-kit", "168/168")):
+        dom = _headless(chromium, tmp_path / f"home-{anchor}", "--window-size=1024,900",
+                        "--dump-dom", f"{page.as_uri()}#{anchor}").stdout
+        cell = dom[dom.index(f'<div id="{anchor}"'):]
+        cell = cell[:cell.index("</dl>")]
+        assert '<details class="entry" open="">' in cell
+        assert f">{shown}</span>" in cell
+        for part in ("<dt>rule</dt>", "<dt>threshold from</dt>",
+                     "<dt>evidence</dt><dd><a href=", f"verify --claim {anchor[:5]}"):
+            assert part in cell
+        assert 'data-jump="clear"' in dom
 
 
 def test_chromium_renders_the_page(page: Path, tmp_path: Path) -> None:

@@ -162,6 +162,17 @@ def test_the_first_committed_rule_gives_ten_of_eleven_on_the_shipped_evidence() 
         ev.decisions_under(0)
 
 
+def test_the_report_names_its_rule_and_the_count_the_claims_page_decides_on(
+        tmp_path: Path) -> None:
+    from kit.corpus.report import write_report
+
+    page = write_report(ROOT / "claims" / "corpus" / "evidence" / "kit", tmp_path / "report")
+    text = page.read_text()
+    assert "version 2 (02e59e2" in text
+    assert "10 of 11: the rule as first committed" in text
+    assert "decide apart on minmax-nan" in text
+
+
 def test_the_ledger_decides_k1_k5_by_the_frozen_rule_with_the_revision_beside(
         tmp_path: Path) -> None:
     """C-001..C-005 compute under version 1 and show version 2 beside, with the revision the

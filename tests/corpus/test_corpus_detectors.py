@@ -295,3 +295,35 @@ def test_a_zero_threshold_has_no_margin_and_the_record_stays_finite() -> None:
     assert found["direct"]["tpr"]["rate"] == 1.0
     assert found["direct"]["fpr"]["rate"] == 0.0
     json.dumps(found, allow_nan=False)
+
+
+
+def test_the_detector_figure_stays_legible_at_page_width(tmp_path: Path) -> None:
+    """However many hosts, the figure is 8 inches wide with host labels of 9 points down
+    its side (it was 1.1 inches wide per host, shrunk to the page), and its legend names
+    the realised FPR's mark."""
+    from matplotlib import pyplot as plt
+
+    from kit.corpus import detector_report
+
+    hosts = [row for row in read_json(
+        ROOT / "claims/corpus/evidence/detectors/detectors/hosts.json")["hosts"] if row["hosted"]]
+    drawn: list[Any] = []
+    real = plt.subplots
+
+    def keep(*args: Any, **kwargs: Any) -> Any:
+        drawn.append(real(*args, **kwargs))
+        return drawn[-1]
+
+    for many in (hosts, hosts * 4):
+        drawn.clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(plt, "subplots", keep)
+            detector_report.tpr_figure(many, tmp_path)
+        [(fig, ax)] = drawn
+        assert fig.get_size_inches()[0] == 8
+        labels = ax.get_yticklabels()
+        assert len(labels) == len(many)
+        assert min(label.get_fontsize() for label in labels) >= 9
+        assert "realised FPR" in [t.get_text() for t in ax.get_legend().get_texts()]
+        plt.close(fig)

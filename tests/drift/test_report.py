@@ -98,6 +98,11 @@ def test_figures_plot_the_paper_values(ledger: dict[str, Any], summaries: dict[s
         assert _paper_lines(ax) == [([0, 1, 2, 3], [paper["detection"][what][d] for d in
                                      ("metamorphic", "direct", "mixed", "maximum")])]
         assert report.PAPER_LABEL in [t.get_text() for t in ax.get_legend().get_texts()]
+        # the paper's mark has a shape no whisker has, and the whiskers have no caps
+        [mark] = [line for line in ax.lines if line.get_gid() == "paper"]
+        assert mark.get_marker() not in ("_", "|", "", "None")
+        assert [line for line in ax.lines if line.get_gid() != "paper"
+                and line.get_marker() in ("_", "|")] == []
     plt.close(fig)
 
     fig = report.localisation_figure(score, paper)

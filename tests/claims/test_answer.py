@@ -1,0 +1,72 @@
+"""An answer in a second (``kit.claims.answer``): ``verify --claim`` recomputes only what
+the named claims read. The rates of the drift study come without scikit-learn, the stored
+bootstrap summaries' recount and the papers' arithmetic of other rows are left to the full
+run (and the run says so), and the bench measures fresh starts and names a failing call."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kit.claims import verify as verify_module
+from kit.claims.answer import bench_answer
+from kit.claims.arithmetic import load_checks
+from kit.claims.ledger import load_ledger
+from kit.errors import KitError
+from kit.paths import ROOT
+
+
+def test_the_rates_of_the_drift_study_need_no_scikit_learn() -> None:
+    program = (
+        "import sys\n"
+        "from kit.drift.shipped import Evidence\n"
+        "from kit.drift.recompute import rate\n"
+        "ev = Evidence(__import__('pathlib').Path('claims/drift/evidence/digits'))\n"
+        "alone = [rate(ev, d, w) for d in ('metamorphic', 'direct') for w in ('tpr', 'fpr')]\n"
+        "assert 'sklearn' not in sys.modules, 'the rates imported scikit-learn'\n"
+        "full = [ev.primary[d][w]['rate'] * 100 for d in ('metamorphic', 'direct')\n"
+        "        for w in ('tpr', 'fpr')]\n"
+        "assert 'sklearn' in sys.modules\n"
+        "assert [float(a) for a in alone] == full, (alone, full)\n"
+        "assert 'auroc' not in ev.rates['direct'] and 'auroc' in ev.primary['direct']\n")
+    proc = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_run_for_named_claims_leaves_the_bootstrap_recount_to_the_full_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from kit.drift import recount
+
+    calls: list[Any] = []
+    monkeypatch.setattr(recount, "check", lambda ev: calls.append(ev) or [])
+    ledgers = [load_ledger(p) for p in sorted((ROOT / "claims").glob("*.yaml"))]
+    assert verify_module.check_schemas(ROOT, ledgers, recounts=False) == []
+    assert calls == []
+    assert verify_module.check_schemas(ROOT, ledgers) == []
+    assert [ev.root.name for ev in calls] == ["digits"]
+
+
+def test_the_arithmetic_of_named_claims_only() -> None:
+    every = load_checks(ROOT)
+    named = load_checks(ROOT, ("A-061",))
+    assert len(every) > len(named) >= 1
+    assert {c.claim for c in named} == {"A-061"}
+    assert named == [c for c in every if c.claim == "A-061"]
+
+
+def test_verify_for_a_claim_says_what_it_left_to_the_full_run() -> None:
+    proc = subprocess.run([sys.executable, "-m", "kit", "verify", "--claim", "A-061"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert f"verify: {verify_module.LEFT_TO_FULL}" in proc.stdout
+    assert "verify: the papers' own arithmetic: 1 printed number recomputed" in proc.stdout
+
+
+def test_the_bench_names_a_claim_that_fails(tmp_path: Path) -> None:
+    with pytest.raises(KitError, match=r"verify --claim Z-999 failed"):
+        bench_answer("Z-999", runs=1)
