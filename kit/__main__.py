@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from kit.cli import parser as build_parser
 from kit.errors import KitError, missing_module, path_problem
+from kit.procs import die_with_parent
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -256,6 +257,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()  # a study reproduce-all started ends with it (kit.procs)
     args = build_parser(__doc__).parse_args(argv)
     try:
         return COMMANDS[args.command](args)

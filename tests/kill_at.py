@@ -16,6 +16,7 @@ import io
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,28 @@ def changed_user_files(folder: Path, user_files: dict[str, int]) -> list[str]:
             if not (folder / name).is_file()
             or (folder / name).read_text() != f"the user's {name}"
             or (folder / name).stat().st_mode & 0o7777 != mode]
+
+
+def live_writers(folder: Path, seconds: float) -> list[int]:
+    """The pids of the live processes (a zombie is not one) whose command line names
+    ``folder``, once none is left or ``seconds`` have passed: a killed command's children
+    must not go on writing there."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if str(folder) in line and state != "Z":
+                found.append(int(entry.name))
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.1)
 
 
 def main() -> int:

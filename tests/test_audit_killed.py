@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,7 @@ import onnx
 
 from kit.corpus.cases import CASES
 from kit.paths import ROOT
-from tests.kill_at import changed_user_files, seed_user_files
+from tests.kill_at import changed_user_files, live_writers, seed_user_files
 
 EVERY = int(os.environ.get("KIT_KILL_EVERY", "0"))
 USER_FILES = {".x.tmp": 0o600, "audit.json": 0o640, "index.html": 0o644,
@@ -68,6 +70,7 @@ def test_kit_audit_killed_at_its_writes_keeps_the_users_files(tmp_path: Path) ->
             assert (out / "index.html").is_file(), kill_at
             assert len(list((out / "work" / "outputs").rglob("*.npz"))) == 10, kill_at
         assert changed_user_files(folder, USER_FILES) == [], kill_at
+        assert live_writers(folder, 1.5) == [], kill_at
         again = audit_killed_at(0, model, inputs, out)
         assert again.returncode == 1, (kill_at, again.stderr[-500:])
         assert record(out) == expected, kill_at
@@ -75,3 +78,34 @@ def test_kit_audit_killed_at_its_writes_keeps_the_users_files(tmp_path: Path) ->
             sorted([".x.tmp", "audit.json", "index.html", "notes", "report"]), kill_at
         assert (folder / "notes").stat().st_mode & 0o7777 == 0o700
         shutil.rmtree(folder)
+
+
+def test_an_audit_killed_while_both_releases_run_leaves_no_worker(tmp_path: Path) -> None:
+    """The two releases' workers run at once, each started from a thread of the audit
+    (``kit.runtime.scale``, ``threads``): SIGKILLed while they run, the audit takes both
+    down with it (``kit.procs``), and a rerun gives an uninterrupted audit's record. (A
+    worker here would also die at its next progress line, into the dead audit's pipe,
+    after writing the output of the job it was in; ``tests/test_procs.py`` checks the
+    death with the starter itself.)"""
+    case = next(c for c in CASES if c.id == "pad-avgpool-fusion")
+    built = case.build(0)
+    model, inputs = tmp_path / "host.onnx", tmp_path / "host.npz"
+    onnx.save(built.model, str(model))
+    np.savez(inputs, **built.inputs)
+    out = tmp_path / "audit" / "report"
+    command = [sys.executable, "-m", "kit", "audit", str(model), "--inputs", str(inputs),
+               "--from", "1.20.1", "--to", "1.29.0", "--out", str(out), "--workers", "2"]
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL) as parent:
+        deadline = time.monotonic() + 300
+        while len([p for p in live_writers(tmp_path / "audit", 0) if p != parent.pid]) < 2:
+            assert parent.poll() is None, "the audit ended before both workers ran"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=60)
+    assert live_writers(tmp_path / "audit", 1.5) == []
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           check=False)
+    assert again.returncode == 1, again.stderr[-2000:]  # the case's defect: beyond
+    assert json.loads((out / "audit.json").read_text())["verdict"] == "beyond clean drift"

@@ -251,7 +251,7 @@ def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int]],
     say(f"audit: {sum(len(j) for j in jobs.values())} jobs of the {graph} graph over "
         f"{len(cells)} cells")
     run_batches(batches, work, work, backend=args.backend, scheduler=args.scheduler,
-                workers=args.workers, progress=say)
+                workers=args.workers, progress=say, threads=True)
     found: dict[tuple[Cell, str], dict[str, Any]] = {}
     whole: dict[str, str] = {}
     sizes = [rows for _, rows in feeds]

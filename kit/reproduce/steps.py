@@ -32,6 +32,7 @@ from kit.errors import KitError
 from kit.files import canonical_json
 from kit.heartbeat import heartbeat
 from kit.paths import ROOT
+from kit.procs import child_env
 from kit.runfolder import check_manifest, say
 
 # Which studies ``--only`` names, and the steps each takes.
@@ -174,7 +175,7 @@ def run_step(o: Options, step: str, expected_s: float | None = None) -> None:
         argv = [sys.executable, "-m", "kit", *command]
         say(f"reproduce-all: {step}: python {' '.join(argv[1:])}")
         with heartbeat(f"reproduce-all: step {step}", expected_s):
-            code = subprocess.run(argv, cwd=ROOT, check=False).returncode
+            code = subprocess.run(argv, cwd=ROOT, check=False, env=child_env()).returncode
         if code != 0 and not (code == 1 and "--replay" in command):
             raise KitError(f"{o.folder(step)}: step {step} failed (exit {code}) in python "
                            f"{' '.join(argv[1:])}; fix what it names and rerun reproduce-all, "

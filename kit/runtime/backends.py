@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.errors import BackendUnavailable, KitError, WorkerFailed
+from kit.procs import child_env
 from kit.runtime.docker import ensure_image
 from kit.runtime.runtimes import Runtime
 from kit.runtime.scratch import scratch
@@ -178,12 +179,14 @@ def worker_error(stderr: str) -> str | None:
 
 
 def worker_env(backend: str) -> dict[str, str] | None:
-    """The environment a worker command runs in: a venv worker gets only ``PATH`` and a
-    fixed locale; the docker client keeps the caller's (``DOCKER_HOST`` names the daemon,
+    """The environment a worker command runs in: a venv worker gets only ``PATH``, a fixed
+    locale and its starter's pid (it dies with its starter, ``kit.procs``); the docker
+    client keeps the caller's (``DOCKER_HOST`` names the daemon,
     and the container's own environment is the image's)."""
     if backend == "docker":
         return None
-    return {"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"}
+    # the worker dies with the process that starts it (``kit.procs``)
+    return child_env({"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"})
 
 
 def describe_runtime(runtime: Runtime, backend: str | None = None) -> dict[str, Any]:

@@ -5,6 +5,10 @@ Every job writes its own output file and depends on nothing but its model, input
 session options, so the order and the process a batch runs in change no byte:
 
 - ``workers=1`` without a scheduler: every batch in this process, in order;
+- ``threads=True`` without a scheduler: up to ``workers`` batches at once, each batch's
+  worker process started and awaited by a thread of this process (no cluster to start:
+  the audit's two releases run side by side at once). Each worker dies with this process
+  (``kit.procs``), so a killed audit leaves none writing;
 - otherwise a ``distributed.LocalCluster`` of ``workers`` single-threaded worker processes
   (default: one per core), on loopback, torn down afterwards. It admits only the kit's own
   processes: every connection is TLS with mutual certificates from a self-signed key made
@@ -74,6 +78,31 @@ def _try_batch(batch: Batch, in_root: str, out_root: str, backend: str | None) -
     except KitError as exc:
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return ""
+
+
+def _in_threads(batches: Sequence[Batch], run: Callable[..., Any], where: tuple[Any, ...],
+                count: int, say: Callable[[str], None]) -> dict[str, str]:
+    """``run_batches`` with ``threads``: each batch on a thread that starts its worker
+    process and waits for it, at most ``count`` at once; a raised error is raised once
+    the threads that run end, the batches not started yet never start."""
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    errors: dict[str, str] = {}
+    with ThreadPoolExecutor(min(count, len(batches))) as pool:
+        futures = {pool.submit(run, batch, *where): batch for batch in batches}
+        pending, done = set(futures), 0
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                if future.exception() is not None:
+                    for other in pending:
+                        other.cancel()
+                    raise future.exception()  # type: ignore[misc]
+                if error := future.result():
+                    errors[futures[future].label] = str(error)
+                done += 1
+                say(f"batch {done}/{len(batches)} done ({futures[future].label})")
+    return errors
 
 
 def default_workers() -> int:
@@ -161,10 +190,11 @@ def run_batches(batches: Sequence[Batch], in_root: Path, out_root: Path,
                 backend: str | None = None, scheduler: str | None = None,
                 workers: int | None = None,
                 progress: Callable[[str], None] | None = None,
-                collect: bool = False) -> dict[str, str]:
-    """Run every batch, serially or on Dask; the first failing batch's error is raised
-    (a ``WorkerFailed`` naming the file) after the others were cancelled. With ``collect``
-    every batch runs and the worker errors come back instead, by batch label."""
+                collect: bool = False, threads: bool = False) -> dict[str, str]:
+    """Run every batch, serially, from threads (``threads``) or on Dask; the first failing
+    batch's error is raised (a ``WorkerFailed`` naming the file) after the others were
+    cancelled (from threads: after the running ones end). With ``collect`` every batch
+    runs and the worker errors come back instead, by batch label."""
     count = check_options(scheduler, workers)
     say = progress or (lambda line: None)
     run = _try_batch if collect else _run_batch
@@ -177,6 +207,8 @@ def run_batches(batches: Sequence[Batch], in_root: Path, out_root: Path,
                 errors[batch.label] = str(error)
             say(f"batch {done}/{len(batches)} done ({batch.label})")
         return errors
+    if scheduler is None and threads:
+        return _in_threads(batches, run, (str(in_root), str(out_root), backend), count, say)
     from distributed import as_completed
 
     client = _client(scheduler, count)

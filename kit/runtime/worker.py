@@ -673,7 +673,28 @@ def meta_path(output: Path) -> Path:
     return output.with_name(output.name[: -len(".npz")] + ".meta.json")
 
 
+def die_with_parent() -> None:
+    """``kit.procs.die_with_parent``, copied (the worker never imports the kit): a worker
+    whose starter names itself in ``KIT_PARENT_PID`` is SIGKILLed by Linux when that
+    starter ends, and exits at once if it has ended already."""
+    named = os.environ.pop("KIT_PARENT_PID", None)
+    if not named:
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if str(os.getppid()) != named:
+        print(f"worker: error: the process that started this one ({named}) is gone",
+              file=sys.stderr)
+        os._exit(3)
+
+
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
     parser = argparse.ArgumentParser(prog="worker", description=__doc__.split("\n")[0])
     parser.add_argument("--describe", action="store_true",
                         help="print the onnxruntime version and its levels as JSON, run nothing")

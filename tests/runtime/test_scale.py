@@ -34,6 +34,26 @@ def test_serial_batches_write_their_outputs(workdir: Path) -> None:
     assert said == ["batch 1/2 done (test)", "batch 2/2 done (test)"]
 
 
+def test_batches_from_threads_give_the_serial_bytes_and_a_failure_names_its_file(
+        workdir: Path) -> None:
+    """``threads``: two batches at once, each worker started from a thread of this process
+    (the audit's two releases); the same output bytes as a serial run, and a failing
+    batch's error raised once the other batch ends."""
+    serial, threaded = workdir / "serial", workdir / "threads"
+    for out, options in ((serial, {"workers": 1}), (threaded, {"workers": 2, "threads": True})):
+        said: list[str] = []
+        run_batches([_batch(job(output="a.npz")), _batch(job(output="b.npz"))],
+                    workdir / "in", out, "venv", progress=said.append,
+                    **options)  # type: ignore[arg-type]
+        assert sorted(said) == ["batch 1/2 done (test)", "batch 2/2 done (test)"]
+    for name in ("a.npz", "b.npz"):
+        assert (threaded / name).read_bytes() == (serial / name).read_bytes()
+    with pytest.raises(WorkerFailed, match=r"missing\.onnx: model not found"):
+        run_batches([_batch(job(output="c.npz")), _batch(job(model="missing.onnx"))],
+                    workdir / "in", workdir / "failed", "venv", workers=2, threads=True)
+    assert (workdir / "failed" / "c.npz").is_file()  # the other batch ran to its end
+
+
 def test_a_failing_batch_on_a_local_cluster_names_the_file(workdir: Path) -> None:
     with pytest.raises(WorkerFailed, match=r"missing\.onnx: model not found"):
         run_batches([_batch(job(output="a.npz")), _batch(job(model="missing.onnx"))],

@@ -1,0 +1,50 @@
+"""A process the kit starts dies with the kit process that started it.
+
+A SIGKILL (a user's ``kill -9``, the OOM killer, a CI timeout) reaches only the process it
+names: a study that ``reproduce-all`` runs, or a runtime worker an audit runs, would go on
+writing into a run folder after its parent is gone, beside the parent's rerun. So every
+child the kit starts learns who started it (``child_env`` puts the parent's pid in
+``KIT_PARENT_PID``), and its first act (``die_with_parent``: ``python -m kit`` and the
+runtime worker, ``kit/runtime/worker.py``, which carries its own copy of these lines)
+asks Linux to SIGKILL it when that parent ends (``prctl(PR_SET_PDEATHSIG)``), then exits
+at once if the parent has already gone (the moment before the request). The variable is
+taken out of the child's own environment, so a grandchild knows only the parent its own
+start names.
+
+Linux delivers the signal when the *thread* that started the child ends; every spawn site
+waits for its child on the thread that started it. Elsewhere than Linux no request is
+made, and only the check at start runs. A Docker worker is a ``docker run`` client whose
+container does not end with it; the ``venv`` backend, the default, is covered.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+
+PARENT = "KIT_PARENT_PID"
+PR_SET_PDEATHSIG = 1
+# The exit status of a child whose parent was gone before it could ask to follow it.
+ORPHANED = 3
+
+
+def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's environment) naming this process as the parent."""
+    return {**(os.environ if env is None else env), PARENT: str(os.getpid())}
+
+
+def die_with_parent() -> None:
+    """Follow the parent ``KIT_PARENT_PID`` names (module docstring); nothing when unset."""
+    named = os.environ.pop(PARENT, None)
+    if not named:
+        return
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if str(os.getppid()) != named:
+        print(f"kit: error: the process that started this one ({named}) is gone",
+              file=sys.stderr)
+        os._exit(ORPHANED)

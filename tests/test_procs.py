@@ -1,0 +1,89 @@
+"""A child the kit starts dies with its starter (``kit.procs``): SIGKILL the starter and the
+child is gone within seconds; without the starter's pid in its environment the same child
+lives on (so the check can fail); a child whose starter is already gone exits at once,
+the runtime worker's copy of the lines too; and the pid is not handed down to a
+grandchild."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kit.paths import ROOT
+from kit.procs import ORPHANED, PARENT
+
+# A starter that starts one child (with or without its pid in the child's environment),
+# prints the child's pid, and waits.
+STARTER = """
+import os, subprocess, sys, time
+from kit.procs import child_env
+child = ("import sys, time; from kit.procs import die_with_parent; die_with_parent(); "
+         "print('ready', flush=True); time.sleep(120)")
+env = child_env() if sys.argv[1] == "yes" else dict(os.environ)
+proc = subprocess.Popen([sys.executable, "-c", child], env=env, stdout=subprocess.PIPE,
+                        text=True)
+assert proc.stdout.readline() == "ready\\n"
+print(proc.pid, flush=True)
+proc.wait()
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _child_after_killing_its_starter(follows: bool) -> tuple[int, bool]:
+    with subprocess.Popen([sys.executable, "-c", STARTER, "yes" if follows else "no"],
+                          cwd=ROOT, stdout=subprocess.PIPE, text=True) as starter:
+        assert starter.stdout is not None
+        child = int(starter.stdout.readline())
+        assert _alive(child)
+        os.kill(starter.pid, signal.SIGKILL)
+        starter.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return child, _alive(child)
+
+
+def test_a_child_dies_with_its_starter_and_lives_on_without_the_pid() -> None:
+    _, alive = _child_after_killing_its_starter(follows=True)
+    assert not alive
+    child, alive = _child_after_killing_its_starter(follows=False)
+    try:
+        assert alive  # the check above can fail: an orphan lives on
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_a_child_whose_starter_is_gone_exits_at_once_the_workers_copy_too() -> None:
+    gone = {**os.environ, PARENT: "1" if os.getpid() != 1 else "2"}  # not the starter
+    kit = subprocess.run([sys.executable, "-m", "kit", "verify", "--claim", "A-052"],
+                         cwd=ROOT, env=gone, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert kit.returncode == ORPHANED
+    assert "the process that started this one" in kit.stderr
+    worker = subprocess.run([sys.executable, "-I", str(ROOT / "kit/runtime/worker.py"),
+                             "--describe"], env=gone, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert worker.returncode == ORPHANED
+    assert "the process that started this one" in worker.stderr
+
+
+def test_the_pid_is_not_handed_down_to_a_grandchild() -> None:
+    program = ("import os; from kit.procs import die_with_parent; die_with_parent(); "
+               f"print(os.environ.get({PARENT!r}, 'unset'))")
+    proc = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False,
+                          env={**os.environ, PARENT: str(os.getpid())})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "unset"
