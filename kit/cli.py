@@ -286,5 +286,9 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bisect", action="store_true",
                         help="when the move is beyond clean drift, find the first release "
                              "between FROM and TO that moves (about log2 of them in audits)")
+    parser.add_argument("--dial", action="store_true",
+                        help="also how large a change the audit and Polygraphy's default each "
+                             "see on this model: FROM's outputs moved by known sizes, judged "
+                             "against the clean pairs (kit/audit/dial.py)")
     parser.add_argument("--backend", choices=["docker", "venv"])
     add_scale_options(parser)

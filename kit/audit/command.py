@@ -162,6 +162,14 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
 
     plain = judge("plain")
     found, why = verdict(plain, rate)
+    dialled = None
+    if getattr(args, "dial", False):  # the sensitivity on this model, beside Polygraphy's
+        from kit.audit.dial import dial
+
+        dialled = [row for name in plain for row in dial(
+            [(outputs[(side, "plain")][name], outputs[(p, "plain")][name])
+             for key, side in sides.items() for p in partners[key]],
+            outputs[(sides["from"], "plain")][name], n_cal, alarm, name)]
     rows = {name: {**c.as_dict(), **describe(outputs[(sides["from"], "plain")][name],
                                              outputs[(sides["to"], "plain")][name], name)}
             for name, c in plain.items()}
@@ -186,7 +194,7 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             "clean_pairs": pairs, "compared_whole": whole,
             "external_data": sorted(external), "cells": [c.name for c in cells],
             "exposed": None if exposed is None else len(exposed), "oracle": oracle,
-            "first_moving": moving}
+            "first_moving": moving, **({} if dialled is None else {"dial": dialled})}
 
 
 def describe(a: Any, b: Any, name: str) -> dict[str, Any]:
@@ -311,6 +319,10 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
             "not run: the outputs stay within clean drift (the instrumented copy runs only "
             "beyond it)" if record.get("exposed") is None else
             "no instrumented node leaves its clean envelope"))
+    if record.get("dial"):
+        from kit.audit.dial import dial_table
+
+        sections.append(dial_table(record["dial"]))
     found = record.get("bisect")
     if found:
         moving = found.get("first_moving") or {}
