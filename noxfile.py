@@ -162,7 +162,8 @@ def hardening(session: nox.Session) -> None:
                 "tests/claims/test_reports_killed.py", "tests/claims/test_verify_killed.py",
                 "tests/claims/test_replay_record_killed.py",
                 "tests/runtime/test_run_killed.py", "tests/test_audit_killed.py",
-                "tests/test_reproduce_killed.py", *session.posargs,
+                "tests/test_reproduce_killed.py", "tests/sciml/test_sciml_killed.py",
+                *session.posargs,
                 env={"KIT_KILL_EVERY": "1"}, external=True)
 
 

@@ -82,6 +82,9 @@ def _verify(args: argparse.Namespace) -> int:
         raise KitError(f"verify: {', '.join(replay_only)} only apply with --replay (or, for "
                        "--run, --compare; for --status-only and --retrained, --evidence); "
                        "add it or leave them out")
+    if args.deep and args.claim:
+        raise KitError("verify: --deep recounts every stored summary, which no claim reads; "
+                       "it does not go with --claim")
     from kit.claims.page import DEFAULT_PAGE
     from kit.claims.verify import Selection, verify
     from kit.paths import ROOT
@@ -92,7 +95,7 @@ def _verify(args: argparse.Namespace) -> int:
                   # a run for named claims recomputes only those: it leaves the full page be
                   page=args.page or (None if args.claim else
                                      ROOT / DEFAULT_PAGE), select=select,
-                  interpreter=True)
+                  interpreter=True, deep=args.deep)
 
 
 # The verify options that only a replay reads: refused without --replay.

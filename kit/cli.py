@@ -110,6 +110,9 @@ def _add_claims_commands(add: Add) -> None:
                         help="rerun the pipeline (or --stages) into a fresh folder, compare bytes")
     verify.add_argument("--strict-findings", action="store_true",
                         help="also fail on a paper's direction reversed on a stand-in substrate")
+    verify.add_argument("--deep", action="store_true",
+                        help="also recount the localisation fields of the drift study's stored "
+                             "bootstrap summaries (the layer sketches' bootstrap, about 20-30 s)")
     verify.add_argument("--expect-root", metavar="HEX",
                         help="fail unless the root digest over everything checked equals HEX "
                              "(the README publishes the shipped evidence's root)")

@@ -53,12 +53,13 @@ from kit.runfolder import SHIPPED_MANIFEST, UNHASHED
 from kit.schema import problems as schema_problems
 
 
-def check_schemas(root: Path, ledgers: list[dict[str, Any]], recounts: bool = True
+def check_schemas(root: Path, ledgers: list[dict[str, Any]], recounts: str = "summaries"
                   ) -> list[str]:
     """Problems with the evidence records and protocol copies the ledgers point at, and
     with the SciML MR cards (every violation of every file, empty when all validate);
-    with ``recounts``, also a drift folder's stored bootstrap summaries against their
-    recount (no claim reads them: ``verify --claim`` leaves it to the full run)."""
+    ``recounts``: a drift folder's stored bootstrap summaries against their recount
+    (``summaries``), their localisation fields too (``deep``), or neither (``none``: no
+    claim reads them, so ``verify --claim`` leaves them to the full run)."""
     problems = []
     for ledger in ledgers:
         for substrate in ledger["substrates"].values():
@@ -83,7 +84,7 @@ def _protocol_problems(path: Path) -> list[str]:
     return []
 
 
-def _record_problems(folder: Path, study: str, recounts: bool = True) -> list[str]:
+def _record_problems(folder: Path, study: str, recounts: str = "summaries") -> list[str]:
     """One evidence folder: its record against its schema, and a drift folder's protocol
     copy and its stored bootstrap summaries against their recount (``kit.drift.recount``;
     absent records are not run here, not problems)."""
@@ -97,13 +98,14 @@ def _record_problems(folder: Path, study: str, recounts: bool = True) -> list[st
     problems = collect(lambda: schema_problems(read_shipped(record), "score_record.schema.json",
                                                record))
     problems += collect(_protocol_problems, folder / "score" / "protocol.yaml")
-    if problems or not recounts:
+    if problems or recounts == "none":
         return problems
     from kit.claims.ledger import _evidence
     from kit.drift import recount
     from kit.drift.shipped import Evidence
 
-    return recount.check(_evidence(folder, Evidence))  # the stored bootstrap summaries
+    # the stored bootstrap summaries
+    return recount.check(_evidence(folder, Evidence), recounts == "deep")
 
 
 def check_trajectories(root: Path) -> list[str]:
@@ -266,6 +268,11 @@ LEFT_TO_FULL = ("left to a run without --claim: the recount of the stored bootst
                 "(no claim reads them) and the papers' own arithmetic of the rows not named")
 
 
+LEFT_TO_DEEP = ("the localisation fields of the drift study's stored bootstrap summaries are "
+                "recounted only with --deep (the layer sketches' bootstrap, about 20-30 s on "
+                "2 cores)")
+
+
 def count_statuses(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
     """Per study, how many claim checks have each status (every status listed)."""
     studies = sorted({o.study for o in outcomes})
@@ -274,7 +281,7 @@ def count_statuses(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
 
 
 def evaluate_all(root: Path, ledger_paths: list[Path], problems: list[str],
-                 only: tuple[str, ...] = ()) -> list[Outcome]:
+                 only: tuple[str, ...] = (), deep: bool = False) -> list[Outcome]:
     """Loads every ledger, runs the file and schema checks and recomputes every claim (or
     ``only`` those, and the claims that answer them); what fails is appended to
     ``problems``."""
@@ -286,7 +293,8 @@ def evaluate_all(root: Path, ledger_paths: list[Path], problems: list[str],
             problems.append(str(exc))
     for check in (check_manifests, run_manifest_problems, check_trajectories):
         problems += collect(check, root)
-    problems += collect(check_schemas, root, ledgers, not only)
+    problems += collect(check_schemas, root, ledgers,
+                        "none" if only else "deep" if deep else "summaries")
     problems += collect(paper_pin_problems, root, ledgers)
     if only:  # a named claim no ledger holds: refused, with the nearest ids
         Selection(claims=only).chosen([Outcome(c["id"], "", "", "", "", "", "", "", "")
@@ -306,7 +314,8 @@ def evaluate_all(root: Path, ledger_paths: list[Path], problems: list[str],
 
 def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: bool = False,
            expect_root: str | None = None, page: Path | None = None,
-           select: Selection | None = None, interpreter: bool = False) -> int:
+           select: Selection | None = None, interpreter: bool = False,
+           deep: bool = False) -> int:
     """Every check (``interpreter``, as the command line asks: the interpreter's
     distributions too, ``kit.claims.installed``); returns the exit code (0 only with no
     ``differs`` and no failed check;
@@ -325,7 +334,8 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
 
     problems: list[str] = environment()
     # an answer in a second: with claims named, only those are recomputed
-    outcomes = evaluate_all(root, ledger_paths, problems, select.claims if select else ())
+    outcomes = evaluate_all(root, ledger_paths, problems, select.claims if select else (),
+                            deep)
     outcomes, arithmetic = attach(outcomes, root, problems, select.claims if select else ())
     try:
         shown = (select or Selection()).chosen(outcomes)
@@ -358,6 +368,8 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
         print(f"verify: {len(shown)} of {len(outcomes)} claim checks selected")
     if select and select.claims:
         print(f"verify: {LEFT_TO_FULL}")
+    elif not deep:
+        print(f"verify: {LEFT_TO_DEEP}")
     print_rows(shown, bool(select and select.claims))
     if not ok:  # the reason beside the last line, not only hundreds of lines above it
         print(failure_reason(problems, differing, reversed_ if strict_findings else []))

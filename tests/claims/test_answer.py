@@ -43,12 +43,13 @@ def test_a_run_for_named_claims_leaves_the_bootstrap_recount_to_the_full_run(
     from kit.drift import recount
 
     calls: list[Any] = []
-    monkeypatch.setattr(recount, "check", lambda ev: calls.append(ev) or [])
+    monkeypatch.setattr(recount, "check", lambda ev, deep: calls.append((ev, deep)) or [])
     ledgers = [load_ledger(p) for p in sorted((ROOT / "claims").glob("*.yaml"))]
-    assert verify_module.check_schemas(ROOT, ledgers, recounts=False) == []
+    assert verify_module.check_schemas(ROOT, ledgers, recounts="none") == []
     assert calls == []
     assert verify_module.check_schemas(ROOT, ledgers) == []
-    assert [ev.root.name for ev in calls] == ["digits"]
+    assert verify_module.check_schemas(ROOT, ledgers, recounts="deep") == []
+    assert [(ev.root.name, deep) for ev, deep in calls] == [("digits", False), ("digits", True)]
 
 
 def test_the_arithmetic_of_named_claims_only() -> None:
@@ -70,3 +71,10 @@ def test_verify_for_a_claim_says_what_it_left_to_the_full_run() -> None:
 def test_the_bench_names_a_claim_that_fails(tmp_path: Path) -> None:
     with pytest.raises(KitError, match=r"verify --claim Z-999 failed"):
         bench_answer("Z-999", runs=1)
+
+
+def test_deep_does_not_go_with_a_claim() -> None:
+    proc = subprocess.run([sys.executable, "-m", "kit", "verify", "--deep", "--claim", "A-052"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert "--deep recounts every stored summary" in proc.stderr

@@ -675,6 +675,9 @@ def test_a_kit_answer_names_the_recomputed_value_and_a_dangling_one_fails() -> N
                              text=True, cwd=ROOT, check=False).stdout
     row = next(line for line in shipped.splitlines() if line.startswith("A-108 "))
     assert "described            describe: corpus C-006 on the kit's own material" in row
+    from kit.claims.verify import LEFT_TO_DEEP
+
+    assert f"verify: {LEFT_TO_DEEP}" in shipped  # what a run without --deep leaves out
 
 
 def test_an_empty_folder_under_the_evidence_is_a_failed_check(repository: Path,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,23 @@ def test_each_fault_matrix_field_edited_alone_is_named(edit: Any, field: str) ->
     problems = recount_fault_matrix(edited, drift)
     assert problems
     assert problems[0].startswith(field), problems
+
+
+def test_deep_recounts_the_localisation_summaries_and_names_an_edited_field(
+        tmp_path: Path) -> None:
+    """``verify --deep``: the layer sketches' bootstrap over the same draws gives every
+    stored localisation field; one edited alone is named, and a run without ``deep`` leaves
+    those fields out (and says so)."""
+    from kit.drift.recount import SUMMARY, bootstrap_problems
+    from kit.drift.shipped import Evidence
+
+    folder = tmp_path / "digits"
+    shutil.copytree(ROOT / "claims" / "drift" / "evidence" / "digits", folder)
+    path = folder / SUMMARY
+    summary = json.loads(path.read_text())
+    summary["nested"]["localisation"]["direct/top1"]["mean"] += 0.5
+    path.write_text(json.dumps(summary))
+    ev = Evidence(folder)
+    assert bootstrap_problems(ev) == []
+    [problem] = bootstrap_problems(ev, deep=True)
+    assert problem.startswith(f"{path}: /nested/localisation/direct/top1/mean says ")
