@@ -80,6 +80,9 @@ def test_a_known_defect_is_beyond_clean_drift_localised_and_named(tmp_path: Path
     assert record["outputs"]["y"]["polygraphy_verdict"] == "fails"
     assert record["first_moving"]["node"] == "avgpool"
     assert record["first_moving"]["op"] == "AveragePool"
+    # the Pad the fusion joins stays unexposed, and is named where the move may start
+    assert record["first_moving"]["upstream"] == "pad (Pad)"
+    assert "pad (Pad)" in (out / "index.html").read_text()
     [row] = record["screen"]
     assert (row["case"], row["from"], row["to"], row["fixed_in"]) == \
         ("pad-avgpool-fusion", "affected", "fixed", "1.21.1")
@@ -92,6 +95,37 @@ def test_a_known_defect_is_beyond_clean_drift_localised_and_named(tmp_path: Path
     unstable = [record["clean_pairs"][i] for i in record["outputs"]["y"]["unstable"]]
     assert "1.20.1/enable_all/t1 vs 1.20.1/disable_all/t1" in unstable
     assert "1.20.1/enable_all/t1 vs 1.20.1/disable_all/t1" in (out / "index.html").read_text()
+
+
+def test_the_instrumented_copy_exposes_integer_and_boolean_outputs_and_names_upstream(
+        tmp_path: Path) -> None:
+    """Protocol version 3: an ArgMax's int64 and an Equal's boolean output are exposed (version
+    2 exposed floating-point outputs only, so a move there was seen one node late), a Pad
+    before a pool stays unexposed and is named upstream of the pool, and a constant is not."""
+    from onnx import TensorProto, helper
+
+    from kit.audit.model import load_protocol, probe
+
+    nodes = [helper.make_node("Constant", [], ["pads"], name="pads_c",
+                              value=helper.make_tensor("v", TensorProto.INT64, [8],
+                                                       [0, 0, 1, 1, 0, 0, 1, 1])),
+             helper.make_node("Pad", ["x", "pads"], ["p"], name="pad"),
+             helper.make_node("AveragePool", ["p"], ["a"], name="pool", kernel_shape=[2, 2]),
+             helper.make_node("ArgMax", ["a"], ["i"], name="argmax", axis=1),
+             helper.make_node("Equal", ["i", "zero"], ["e"], name="eq"),
+             helper.make_node("Cast", ["e"], ["y"], name="cast", to=TensorProto.FLOAT)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("zero", TensorProto.INT64, [], [0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    exposed = probe(model, tmp_path / "probe.onnx", load_protocol()["localisation"]["op_types"])
+    assert [(e["node"], e["upstream"]) for e in exposed] == [
+        ("pool", "pad (Pad)"), ("argmax", ""), ("eq", ""), ("cast", "")]
+    copy = onnx.load(str(tmp_path / "probe.onnx"))
+    assert [o.name for o in copy.graph.output] == ["y", "a", "i", "e"]
+    assert {o.name: o.type.tensor_type.elem_type for o in copy.graph.output}["i"] == \
+        TensorProto.INT64
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

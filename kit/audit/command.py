@@ -313,8 +313,10 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
             oracle.get("why", "not run")))
         moving = record.get("first_moving")
         sections.append(PageTable(
-            "Where it first moves", ["node", "op", "inputs", "alarm share"],
-            [[moving["node"], moving["op"], moving["inputs"], f"{moving['audited_rate']:.0%}"]]
+            "Where it first moves", ["node", "op", "inputs", "alarm share",
+                                     "unexposed nodes upstream (the move may start there)"],
+            [[moving["node"], moving["op"], moving["inputs"], f"{moving['audited_rate']:.0%}",
+              moving.get("upstream") or "none"]]
             if moving else [], note="" if moving else
             "not run: the outputs stay within clean drift (the instrumented copy runs only "
             "beyond it)" if record.get("exposed") is None else

@@ -9,8 +9,12 @@
 - ``check_inputs``: an ``.npz`` whose arrays are exactly the graph's inputs (not its
   initializers), with their element types, ranks and every fixed dimension; the first axis
   is the batch of inputs the audit splits and scores;
-- ``probe``: a copy of the model that also outputs every float tensor a node of the
-  protocol's compute op types produces (``localisation.op_types``), in graph order.
+- ``probe``: a copy of the model that also outputs every tensor of a known element type
+  (floating point, integer or boolean; compared exactly unless floating) that a node of the
+  protocol's compute op types produces (``localisation.op_types``), in graph order, each
+  with the nodes upstream of it that no exposed tensor separates from it (``upstream``:
+  where a move first seen there may start, a node the optimiser fuses or moves data
+  through being left unexposed so as not to stop the fusion under audit).
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ from kit.files import load_npz, read_yaml, write_atomic
 PROTOCOL = Path(__file__).resolve().parents[1] / "protocols" / "audit.yaml"
 LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_layout", "enable_all")
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16)
+# Element types an exposed tensor may have: the float types, integers and booleans (strings
+# and unknown types are left out).
+EXPOSED_TYPES = (*FLOAT_TYPES, TensorProto.BFLOAT16, TensorProto.INT8, TensorProto.INT16,
+                 TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8, TensorProto.UINT16,
+                 TensorProto.UINT32, TensorProto.UINT64, TensorProto.BOOL)
 
 
 @dataclass(frozen=True)
@@ -159,24 +168,45 @@ def fixed_batch(model: onnx.ModelProto) -> int | None:
 
 def probe(model: onnx.ModelProto, target: Path, op_types: list[str]) -> list[dict[str, str]]:
     """Write the instrumented copy to ``target``; returns the exposed tensors in graph order
-    (tensor, node, op, the node's inputs)."""
+    (tensor, node, op, the node's inputs, and ``upstream``: the unexposed nodes before it
+    that no exposed tensor or graph input separates from it)."""
     inferred = onnx.shape_inference.infer_shapes(model)
     types = {v.name: v.type.tensor_type.elem_type for v in
              [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]}
     outputs = {o.name for o in model.graph.output}
+    chosen = [(node, tensor) for node in model.graph.node if node.op_type in op_types
+              for tensor in node.output
+              if tensor and (tensor in outputs or types.get(tensor) in EXPOSED_TYPES)]
+    seen = {tensor for _, tensor in chosen}
+    producers = {t: node for node in model.graph.node for t in node.output if t}
     exposed = []
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    for node in model.graph.node:
-        if node.op_type not in op_types:
-            continue
-        for tensor in node.output:
-            if not tensor or (tensor not in outputs and types.get(tensor) not in FLOAT_TYPES):
-                continue
-            if tensor not in outputs:  # a graph output is in every copy already
-                copy.graph.output.append(helper.make_tensor_value_info(tensor, types[tensor],
-                                                                       None))
-            exposed.append({"tensor": tensor, "node": node.name or tensor,
-                            "op": node.op_type, "inputs": ", ".join(node.input)})
+    for node, tensor in chosen:
+        if tensor not in outputs:  # a graph output is in every copy already
+            copy.graph.output.append(helper.make_tensor_value_info(tensor, types[tensor], None))
+        exposed.append({"tensor": tensor, "node": node.name or tensor, "op": node.op_type,
+                        "inputs": ", ".join(node.input),
+                        "upstream": ", ".join(_upstream(node, producers, seen))})
     write_atomic(target, copy.SerializeToString())
     return exposed
+
+
+def _upstream(node: onnx.NodeProto, producers: dict[str, onnx.NodeProto],
+              exposed: set[str]) -> list[str]:
+    """The nodes feeding ``node`` back to the nearest exposed tensors, graph inputs or
+    initializers, as ``name (Op)`` in graph order of discovery."""
+    found: list[str] = []
+    stack = [t for t in node.input if t]
+    visited: set[str] = set()
+    while stack:
+        tensor = stack.pop()
+        if tensor in visited or tensor in exposed or tensor not in producers:
+            continue
+        visited.add(tensor)
+        before = producers[tensor]
+        label = f"{before.name or tensor} ({before.op_type})"
+        if label not in found and before.op_type != "Constant":  # a constant moves nothing
+            found.append(label)
+        stack.extend(t for t in before.input if t)
+    return found
