@@ -285,42 +285,50 @@ def _g(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
 
 
+def _measured(record: dict[str, Any]) -> list[Any]:
+    """The page's sections of a measured audit: the outputs, which side is right and where
+    the model first moves."""
+    from kit.reporting import PageTable
+
+    sections = []
+    pairs = record.get("clean_pairs", [])
+    sections.append(PageTable(
+        "Outputs", ["output", "max abs", "max rel", "bit-identical", "flips", "Polygraphy",
+                    "tau", "audited alarm share", "unstable clean pairs"],
+        [[n, _g(r["max_abs"]), _g(r["max_rel"]), f"{r['identical_share']:.0%}",
+          str(r["flips"]), f"{r['polygraphy_verdict']} ({r['polygraphy_fails']})",
+          f"{r['tau']:.3g}", f"{r['audited_rate']:.0%}",
+          "; ".join(pairs[i] for i in r["unstable"]) or "none"]
+         for n, r in record["outputs"].items()], note=record["why"]))
+    oracle = record.get("oracle") or {}
+    sections.append(PageTable(
+        "Which side is right (onnx.reference)", ["output", "from's error", "to's error",
+                                                 "nearer the reference"],
+        [[n, _g(r["from_error"]), _g(r["to_error"]), r["closer"]]
+         for n, r in oracle.get("outputs", {}).items()],
+        note=(f"the reference implementation on the last {oracle.get('inputs')} inputs, "
+              f"{oracle.get('precision')}") if oracle.get("ran") else
+        oracle.get("why", "not run")))
+    moving = record.get("first_moving")
+    sections.append(PageTable(
+        "Where it first moves", ["node", "op", "inputs", "alarm share",
+                                 "unexposed nodes upstream (the move may start there)"],
+        [[moving["node"], moving["op"], moving["inputs"], f"{moving['audited_rate']:.0%}",
+          moving.get("upstream") or "none"]]
+        if moving else [], note="" if moving else
+        "not run: the outputs stay within clean drift (the instrumented copy runs only "
+        "beyond it)" if record.get("exposed") is None else
+        "no instrumented node leaves its clean envelope"))
+    return sections
+
+
 def write_report(out: Path, record: dict[str, Any]) -> None:
     """``audit.json`` and ``index.html`` (each written whole, then renamed into place)."""
     from kit.reporting import PageTable, html_page
 
     write_atomic(out / "audit.json", canonical_json(record))
     sides = {k: f"{v['release']}/{v['level']}" for k, v in record["sides"].items()}
-    sections = []
-    if record.get("outputs"):
-        pairs = record.get("clean_pairs", [])
-        sections.append(PageTable(
-            "Outputs", ["output", "max abs", "max rel", "bit-identical", "flips", "Polygraphy",
-                        "tau", "audited alarm share", "unstable clean pairs"],
-            [[n, _g(r["max_abs"]), _g(r["max_rel"]), f"{r['identical_share']:.0%}",
-              str(r["flips"]), f"{r['polygraphy_verdict']} ({r['polygraphy_fails']})",
-              f"{r['tau']:.3g}", f"{r['audited_rate']:.0%}",
-              "; ".join(pairs[i] for i in r["unstable"]) or "none"]
-             for n, r in record["outputs"].items()], note=record["why"]))
-        oracle = record.get("oracle") or {}
-        sections.append(PageTable(
-            "Which side is right (onnx.reference)", ["output", "from's error", "to's error",
-                                                     "nearer the reference"],
-            [[n, _g(r["from_error"]), _g(r["to_error"]), r["closer"]]
-             for n, r in oracle.get("outputs", {}).items()],
-            note=(f"the reference implementation on the last {oracle.get('inputs')} inputs, "
-                  f"{oracle.get('precision')}") if oracle.get("ran") else
-            oracle.get("why", "not run")))
-        moving = record.get("first_moving")
-        sections.append(PageTable(
-            "Where it first moves", ["node", "op", "inputs", "alarm share",
-                                     "unexposed nodes upstream (the move may start there)"],
-            [[moving["node"], moving["op"], moving["inputs"], f"{moving['audited_rate']:.0%}",
-              moving.get("upstream") or "none"]]
-            if moving else [], note="" if moving else
-            "not run: the outputs stay within clean drift (the instrumented copy runs only "
-            "beyond it)" if record.get("exposed") is None else
-            "no instrumented node leaves its clean envelope"))
+    sections = _measured(record) if record.get("outputs") else []
     if record.get("dial"):
         from kit.audit.dial import dial_table
 

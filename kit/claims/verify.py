@@ -273,6 +273,16 @@ LEFT_TO_DEEP = ("the localisation fields of the drift study's stored bootstrap s
                 "2 cores)")
 
 
+def selection_lines(select: Selection | None, shown: int, checked: int, deep: bool
+                    ) -> list[str]:
+    """What a run selected and what it left out: ``LEFT_TO_FULL`` for named claims,
+    ``LEFT_TO_DEEP`` for a full run without ``deep``."""
+    lines = [f"{shown} of {checked} claim checks selected"] if select else []
+    if select and select.claims:
+        return [*lines, LEFT_TO_FULL]
+    return lines if deep else [*lines, LEFT_TO_DEEP]
+
+
 def count_statuses(outcomes: list[Outcome]) -> dict[str, dict[str, int]]:
     """Per study, how many claim checks have each status (every status listed)."""
     studies = sorted({o.study for o in outcomes})
@@ -364,12 +374,8 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
         from kit.claims.page import write_page
 
         print(f"verify: claims page {write_page(report, page, root)}")
-    if select:
-        print(f"verify: {len(shown)} of {len(outcomes)} claim checks selected")
-    if select and select.claims:
-        print(f"verify: {LEFT_TO_FULL}")
-    elif not deep:
-        print(f"verify: {LEFT_TO_DEEP}")
+    for line in selection_lines(select, len(shown), len(outcomes), deep):
+        print(f"verify: {line}")
     print_rows(shown, bool(select and select.claims))
     if not ok:  # the reason beside the last line, not only hundreds of lines above it
         print(failure_reason(problems, differing, reversed_ if strict_findings else []))

@@ -159,7 +159,9 @@ def test_describe_reaches_the_daemon_that_docker_host_names(
         assert seen == [None]
     else:
         assert seen[0] is not None
-        assert sorted(seen[0]) == ["LC_ALL", "PATH"]
+        # and the starter's pid, so the worker dies with it (kit.procs)
+        assert sorted(seen[0]) == ["KIT_PARENT_PID", "LC_ALL", "PATH"]
+        assert seen[0]["KIT_PARENT_PID"] == str(os.getpid())
 
 
 @pytest.mark.docker
