@@ -78,22 +78,28 @@ def changed_user_files(folder: Path, user_files: dict[str, int]) -> list[str]:
             or (folder / name).stat().st_mode & 0o7777 != mode]
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def live_writers(folder: Path, seconds: float) -> list[int]:
-    """The pids of the live processes (a zombie is not one) whose command line names
-    ``folder``, once none is left or ``seconds`` have passed: a killed command's children
-    must not go on writing there."""
+    """The pids of the running processes whose command line names ``folder``, once none
+    is left or ``seconds`` have passed: a killed command's children must not go on
+    writing there."""
     deadline = time.monotonic() + seconds
     while True:
         found = []
         for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
             try:
                 line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
+            except OSError:
                 continue
-            if str(folder) in line and state != "Z":
+            if entry.name.isdigit() and str(folder) in line and running(int(entry.name)):
                 found.append(int(entry.name))
         if not found or time.monotonic() >= deadline:
             return found

@@ -11,10 +11,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from kit.paths import ROOT
 from kit.procs import ORPHANED, PARENT
+from tests.kill_at import running
 
 # A starter that starts one child (with or without its pid in the child's environment),
 # prints the child's pid, and waits.
@@ -32,27 +32,18 @@ proc.wait()
 """
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie waiting for its reaper counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
-
-
 def _child_after_killing_its_starter(follows: bool) -> tuple[int, bool]:
     with subprocess.Popen([sys.executable, "-c", STARTER, "yes" if follows else "no"],
                           cwd=ROOT, stdout=subprocess.PIPE, text=True) as starter:
         assert starter.stdout is not None
         child = int(starter.stdout.readline())
-        assert _alive(child)
+        assert running(child)
         os.kill(starter.pid, signal.SIGKILL)
         starter.wait(timeout=30)
     deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
+    while running(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return child, _alive(child)
+    return child, running(child)
 
 
 def test_a_child_dies_with_its_starter_and_lives_on_without_the_pid() -> None:
