@@ -15,6 +15,7 @@ import onnx
 import pytest
 import yaml
 
+from kit.audit.calibrate import output_scale
 from kit.audit.dial import KINDS, SIZES, changed, dial, smallest
 from kit.paths import ROOT
 from tests.test_audit import PAIR, audit
@@ -27,8 +28,8 @@ def _alarm() -> dict[str, float]:
 
 def _pairs(truth: np.ndarray, drift: float) -> list[tuple[np.ndarray, np.ndarray]]:
     """Four clean pairs whose largest score is ``drift`` at the output's scale."""
-    scale = float(np.median(np.abs(truth).reshape(len(truth), -1).max(axis=1)))
-    return [(truth, changed(truth, "every element", drift, scale)) for _ in range(4)]
+    return [(truth, changed(truth, "every element", drift, output_scale(truth)))
+            for _ in range(4)]
 
 
 @pytest.mark.parametrize("kind", KINDS)
