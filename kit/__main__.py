@@ -197,6 +197,10 @@ def _bench(args: argparse.Namespace) -> int:
 
         python = VERIFY_VENV / "bin" / "python"
         return bench_answer(args.answer, str(python) if python.is_file() else sys.executable)
+    if args.vs_polygraphy is not None:
+        from kit.audit.versus import bench_versus
+
+        return bench_versus(args.vs_polygraphy or ["resnet18"])
     if args.audit:
         from kit.audit.bench import bench_audit
 

@@ -76,6 +76,11 @@ def _add_drift_commands(add: Add) -> None:
     bench.add_argument("--audit", type=Path, metavar="DIR",
                        help="only a finished audit's report folder: its time against its "
                             "floor (the two runtimes' own inference on the same inputs)")
+    bench.add_argument("--vs-polygraphy", nargs="*", metavar="MODEL",
+                       help="only the audit against Polygraphy by hand, side by side: "
+                            "torch exports of MODEL (resnet18, the default; "
+                            "mobilenet_v3_small, squeezenet1_1, efficientnet_b0, encoder), "
+                            "1.20.1 to 1.29.0, median of 3 each, against 3x")
     bench.add_argument("--answer", nargs="?", const="A-052", metavar="ID",
                        help="only how fast verify answers one claim (default A-052): "
                             "verify --claim ID in fresh starts, against 2 s")

@@ -18,6 +18,7 @@ import onnx
 import pytest
 
 from kit.audit.model import load_protocol
+from kit.audit.models import export
 from kit.audit.screen import matches
 from kit.corpus.cases import CASES
 from tests.test_audit import PAIR, audit
@@ -28,35 +29,11 @@ PATTERNS = PROTOCOL["screen"]["patterns"]
 
 @pytest.fixture(scope="module")
 def transformer(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """A two-layer ``nn.TransformerEncoder`` (batch first) behind an ``nn.Embedding``, with
-    a mean-pooled linear head, exported by torch's exporter; token inputs, 16 rows of 12.
-    A second output gives the encoder's states laid out by sequence position (12, rows,
-    32), as a seq-first consumer would take them: it has no batch axis."""
-    import torch
-
-    class Model(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.embed = torch.nn.Embedding(100, 32)
-            layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
-            self.encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
-            self.head = torch.nn.Linear(32, 10)
-
-        def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            states = self.encoder(self.embed(ids))
-            return self.head(states.mean(dim=1)), states.transpose(0, 1)
-
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("transformer")
-    model, inputs = folder / "encoder.onnx", folder / "tokens.npz"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(Model().eval(), (torch.zeros(2, 12, dtype=torch.int64),), str(model),
-                          input_names=["ids"], output_names=["logits", "states"],
-                          opset_version=17, dynamo=False,
-                          dynamic_axes={"ids": {0: "n"}, "logits": {0: "n"}, "states": {1: "n"}})
-    np.savez(inputs, ids=np.random.default_rng(0).integers(0, 100, (16, 12)))
-    return model, inputs
+    """``kit.audit.models``' encoder: a two-layer ``nn.TransformerEncoder`` behind an
+    ``nn.Embedding``, exported by torch; token inputs, 16 rows of 12. Its second output
+    gives the encoder's states laid out by sequence position (12, rows, 32): no batch
+    axis."""
+    return export("encoder", tmp_path_factory.mktemp("transformer"))
 
 
 def test_a_transformer_encoder_gets_a_verdict(transformer: tuple[Path, Path],

@@ -33,8 +33,8 @@ def cell_floor(cell: Cell, work: Path, rows: int) -> float:
     return floor_seconds(release_runtime(cell.release), jobs, work)
 
 
-def bench_audit(report: Path) -> dict[str, Any]:
-    """The audit's wall time, its floor and their ratio (printed as JSON)."""
+def bench_audit(report: Path, quiet: bool = False) -> dict[str, Any]:
+    """The audit's wall time, its floor and their ratio (printed as JSON unless quiet)."""
     from kit.audit.model import fixed_batch, load_model
 
     path = report / "audit.json"
@@ -52,5 +52,6 @@ def bench_audit(report: Path) -> dict[str, Any]:
               "cells": len(record["cells"]),
               # the plain model on every cell, and the instrumented copy where it localised
               "jobs": (1 if record.get("exposed") is None else 2) * len(record["cells"])}
-    print(json.dumps(result))
+    if not quiet:
+        print(json.dumps(result))
     return result

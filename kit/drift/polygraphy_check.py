@@ -15,7 +15,10 @@ candidate logits do not match the reference's.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,32 @@ def version() -> str:
     return str(polygraphy.__version__)
 
 
+class _NoTorch:
+    """A finder that answers "not installed" for torch (see ``torch_hidden``)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"torch is hidden from Polygraphy's type checks: {name}")
+
+
+@contextlib.contextmanager
+def torch_hidden() -> Iterator[None]:
+    """Polygraphy asks of every array whether it is a torch tensor, and to answer it
+    imports torch when torch is installed (1.6 s in the kit's environment, where the SciML
+    study installs it). The arrays compared here are numpy's, so the answer is "no" either
+    way: while Polygraphy runs, torch is reported absent unless it is already imported.
+    Nothing is imported or patched; the finder is removed on the way out."""
+    if "torch" in sys.modules:
+        yield
+        return
+    finder = _NoTorch()
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
 def polygraphy_fails(reference: Array, candidate: Array, output: str = "logits") -> Array:
     """Per row, whether Polygraphy's default comparison fails (one iteration per row)."""
     from polygraphy.comparator import Comparator, RunResults
@@ -45,10 +74,10 @@ def polygraphy_fails(reference: Array, candidate: Array, output: str = "logits")
 
     G_LOGGER.module_severity = G_LOGGER.CRITICAL
     results = RunResults()
-    for name, rows in zip(PAIR, (reference, candidate), strict=True):
-        results.append((name, [IterationResult({output: rows[i:i + 1]}, runner_name=name)
-                               for i in range(len(rows))]))
-    with warnings.catch_warnings():
+    with torch_hidden(), warnings.catch_warnings():
+        for name, rows in zip(PAIR, (reference, candidate), strict=True):
+            results.append((name, [IterationResult({output: rows[i:i + 1]}, runner_name=name)
+                                   for i in range(len(rows))]))
         warnings.simplefilter("ignore", DeprecationWarning)
         accuracy = Comparator.compare_accuracy(results, compare_func=SimpleCompareFunc())
     per_iteration = accuracy[0][PAIR]

@@ -607,14 +607,16 @@ def _check_levels(jobs: list[dict[str, Any]], jobs_file: Path) -> None:
 
 
 def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
-    """Validate every job, then run them all in this process; returns output paths."""
+    """Validate every job (paths, input headers, and the inputs against the graph on the
+    first session of each model and inputs pair), then run them all in this process;
+    returns output paths. A session that fails to build at a later level fails its job when
+    it runs: the outputs before it are whole, each with its record."""
     jobs, outputs = _job_list(jobs_file, out_root)
     _check_levels(jobs, jobs_file)
 
     # One session is kept at a time (a stage has hundreds of models; jobs come grouped by
     # model), and each distinct input file is read once.
     current: dict[tuple[Any, ...], Any] = {}
-    declared: dict[Path, Declared] = {}
     loaded: dict[Path, dict[str, Array]] = {}
     external: dict[Path, dict[str, Path]] = {}
 
@@ -628,17 +630,7 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
             current[key] = _session(model, job["model"], job)
         return current[key]
 
-    prepared = []
-    for job, output in zip(jobs, outputs, strict=True):
-        model = _inside(in_root, job["model"], "model")
-        inputs = _inside(in_root, job["inputs"], "inputs")
-        if inputs not in declared:
-            declared[inputs] = npz_headers(inputs, job["inputs"])
-        n = _check_inputs(session_for(model, job), declared[inputs], job["inputs"])
-        if inputs not in loaded:  # read only once the headers fit a graph
-            loaded[inputs] = read_inputs(inputs, job["inputs"], declared[inputs])
-        prepared.append((job, model, inputs, output, n))
-
+    prepared = _prepare(jobs, outputs, in_root, session_for, loaded)
     started = time.monotonic()
     for done, (job, model, inputs, output, n) in enumerate(prepared, 1):
         session, arrays = session_for(model, job), loaded[inputs]
@@ -666,6 +658,30 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
         print(f"worker: progress {done}/{len(prepared)} jobs, {rate:.2f} jobs/s, "
               f"eta {(len(prepared) - done) / rate:.0f} s", file=sys.stderr, flush=True)
     return outputs
+
+
+def _prepare(jobs: list[dict[str, Any]], outputs: list[Path], in_root: Path,
+             session_for: Any, loaded: dict[Path, dict[str, Array]]
+             ) -> list[tuple[dict[str, Any], Path, Path, Path, int]]:
+    """Each job's model, inputs, output and rows, every input file read once its headers
+    fit the graph. A graph's inputs are the same at every level and thread count: each
+    model and inputs pair is checked once, on the first job's session, which the run then
+    reuses."""
+    declared: dict[Path, Declared] = {}
+    checked: dict[tuple[Path, Path], int] = {}
+    prepared = []
+    for job, output in zip(jobs, outputs, strict=True):
+        model = _inside(in_root, job["model"], "model")
+        inputs = _inside(in_root, job["inputs"], "inputs")
+        if inputs not in declared:
+            declared[inputs] = npz_headers(inputs, job["inputs"])
+        if (model, inputs) not in checked:
+            checked[model, inputs] = _check_inputs(session_for(model, job), declared[inputs],
+                                                   job["inputs"])
+        if inputs not in loaded:  # read only once the headers fit a graph
+            loaded[inputs] = read_inputs(inputs, job["inputs"], declared[inputs])
+        prepared.append((job, model, inputs, output, checked[model, inputs]))
+    return prepared
 
 
 def meta_path(output: Path) -> Path:

@@ -5,6 +5,8 @@ never written into the run folder."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -42,3 +44,23 @@ def test_the_table_goes_outside_the_run(tiny_run: tuple[Run, Path], tmp_path: Pa
     assert main(["polygraphy", "--run", str(run.root), "--out", str(tmp_path / "p.json")]) == 0
     assert json.loads((tmp_path / "p.json").read_bytes())["polygraphy"] == "0.53.6"
     assert check_manifest(run.root) == []
+
+
+def test_polygraphy_compares_numpy_arrays_without_importing_torch() -> None:
+    """Polygraphy imports torch to ask whether each array is a tensor (1.6 s here); the
+    kit hides torch while it compares numpy arrays, with the same verdicts, and leaves it
+    importable afterwards (a fresh interpreter: this one may have torch already)."""
+    code = ("import sys, numpy as np\n"
+            "from kit.drift.polygraphy_check import polygraphy_fails\n"
+            "a = np.zeros((4, 3), np.float32); b = a.copy(); b[1, 0] = 1e-3; b[3, 2] = 1e-7\n"
+            "print(polygraphy_fails(a, b).tolist(), 'torch' in sys.modules,\n"
+            "      any(type(f).__name__ == '_NoTorch' for f in sys.meta_path))\n"
+            "import torch\n"
+            "print(polygraphy_fails(a, b).tolist(), torch.is_tensor(torch.zeros(1)))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    first, second = proc.stdout.splitlines()
+    # rows 1 (1e-3 off) fails; row 3 (1e-7 off) is within Polygraphy's atol 1e-5
+    assert first == "[False, True, False, False] False False"
+    assert second == "[False, True, False, False] True"

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import pickle
+import subprocess
 import sys
 import tracemalloc
 import warnings
@@ -429,3 +430,27 @@ def test_a_whole_job_keeps_an_output_without_a_batch_axis(tmp_path: Path) -> Non
     with pytest.raises(WorkerFailed, match="whole must be true or false"):
         run_jobs(get_runtime("ref"), [{**batched, "output": "c.npz", "whole": 1}],
                  tmp_path / "in", tmp_path / "c", "venv")
+
+
+def test_each_cell_builds_its_session_once(workdir: Path) -> None:
+    """Jobs of one model at four levels: four sessions, one per level (the inputs are
+    checked on the first, which its job then runs on), not one to check and one to run."""
+    from kit.runtime.venvs import ensure_runtime
+
+    levels = ["disable_all", "enable_basic", "enable_extended", "enable_all"]
+    jobs = [job(id=level, output=f"{level}.npz", graph_optimization=level) for level in levels]
+    (workdir / "jobs.json").write_text(json.dumps({"jobs": jobs}))
+    count = ("import sys, collections; sys.path.insert(0, sys.argv[1]); import worker; "
+             "built = collections.Counter(); build = worker._session\n"
+             "def counted(model, shown, job):\n"
+             "    built[job['graph_optimization']] += 1; return build(model, shown, job)\n"
+             "worker._session = counted\n"
+             "worker.run_jobs(*map(worker.Path, sys.argv[2:5])); print(dict(built))")
+    proc = subprocess.run([str(ensure_runtime("ref")), "-c", count,
+                           str(Path(worker.__file__).parent), str(workdir / "jobs.json"),
+                           str(workdir / "in"), str(workdir / "out")],
+                          capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().replace("'", '"')) == dict.fromkeys(levels, 1)
+    assert sorted(p.name for p in (workdir / "out").glob("*.npz")) == \
+        sorted(f"{level}.npz" for level in levels)
