@@ -158,6 +158,15 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def bisect(session: nox.Session) -> None:
+    """Every corpus host through `kit audit --bisect`, from its first affected release to
+    the last the kit locks (every release's environment): the first fixed release found,
+    the reference oracle on the fixed side (tests/test_audit_bisect_corpus.py)."""
+    session.run(_python(), "-m", "pytest", "-q", "-s", "tests/test_audit_bisect_corpus.py",
+                *session.posargs, env={"KIT_AUDIT_CORPUS": "1"}, external=True)
+
+
+@nox.session
 def hardening(session: nox.Session) -> None:
     """The kill harness at every write of each command it covers (the default tests kill
     at every fourth or at a few moments): tests/kill_at.py, tests/claims/test_ship_killed.py,
