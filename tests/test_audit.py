@@ -492,3 +492,21 @@ def test_bisect_finds_the_first_release_that_moves_in_log2_audits(tmp_path: Path
     assert found["known_cases_changing_there"] == ["pad-avgpool-fusion"]
     assert [v["release"] for v in found["visited"]] == sorted(seen, key=lambda r: tuple(
         int(p) for p in r.split(".")))
+
+
+def test_an_unlocalised_move_says_whether_the_copy_undid_it() -> None:
+    """Beyond clean drift but no exposed tensor moves: when the instrumented copy's outputs
+    do not move either, exposing the tensors undid the move (a fusion); when they do, it
+    starts in an unexposed node. When a tensor moves, it is named and no reason is given."""
+    from kit.audit.calibrate import Calibration
+    from kit.audit.command import UNDONE, UNEXPOSED, localise
+
+    def cal(rate: float) -> Calibration:
+        return Calibration(1e-6, 0.0, 0.0, (), rate, rate, 0.0)
+
+    exposed = [{"tensor": "h", "node": "cast_h", "op": "Cast", "inputs": "x", "upstream": ""}]
+    assert localise({"h": cal(0.0), "y": cal(0.0)}, exposed, ["y"], 0.01) == (None, UNDONE)
+    assert localise({"h": cal(0.0), "y": cal(1.0)}, exposed, ["y"], 0.01) == (None, UNEXPOSED)
+    moving, why = localise({"h": cal(0.5), "y": cal(1.0)}, exposed, ["y"], 0.01)
+    assert (moving or {}).get("node") == "cast_h"
+    assert why is None

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kit.audit.command import UNDONE
 from kit.corpus.case import Case
 from kit.corpus.cases import CASES
 from kit.runtime.runtimes import known_releases
@@ -47,6 +48,9 @@ def test_bisect_names_the_first_fixed_release(case: Case, tmp_path: Path) -> Non
     assert found["first_release"] == fixed, found["visited"]
     assert case.id in found["known_cases_changing_there"]
     assert 0 < found["audits"] <= math.ceil(math.log2(found["releases_between"]))  # halves
+    # the first node that moves there is named, or why not: the instrumented copy's own
+    # outputs stay put (exposing its tensors undid the move: the fusion cases)
+    assert found["first_moving"] or found["unlocalised"] == UNDONE, found
     closer = [row["closer"] for row in record["oracle"]["outputs"].values()]
     assert "to" in closer, closer
     assert set(closer) <= {"to", "neither"}, closer

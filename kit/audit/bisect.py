@@ -47,7 +47,9 @@ def bisect(source: Cell, target: Cell, releases: list[str], measure: Measure, fo
         work.mkdir(parents=True)
         found = measure(cell, work)
         visited[order[mid]] = {"verdict": found["verdict"], "why": found["why"],
-                               "first_moving": found.get("first_moving")}
+                               "first_moving": found.get("first_moving"),
+                               **({"unlocalised": found["unlocalised"]}
+                                  if "unlocalised" in found else {})}
         if found["verdict"] == "beyond clean drift":
             high = mid
         else:
@@ -60,4 +62,5 @@ def bisect(source: Cell, target: Cell, releases: list[str], measure: Measure, fo
                                                 for r, v in sorted(visited.items(),
                                                                    key=lambda i: _version(i[0]))],
             "first_moving": visited.get(first, {}).get("first_moving"),
+            "unlocalised": visited.get(first, {}).get("unlocalised"),
             "known_cases_changing_there": cases}

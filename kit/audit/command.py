@@ -91,7 +91,8 @@ def run_command(args: argparse.Namespace) -> int:
             record.update(measure(model, arrays, sides, protocol, staging, args))
             if getattr(args, "bisect", False) and record["verdict"] == "beyond clean drift":
                 record["bisect"] = run_bisect(model, arrays, sides, protocol, staging, args,
-                                              record.get("first_moving"))
+                                              (record.get("first_moving"),
+                                               record.get("unlocalised")))
             record["wall_s"] = round(time.monotonic() - started, 1)
         else:
             record["verdict"], record["why"] = "screen only", "no runtime was run"
@@ -108,7 +109,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def run_bisect(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
                protocol: dict[str, Any], out: Path, args: argparse.Namespace,
-               to_moving: dict[str, Any] | None) -> dict[str, Any]:
+               to_moving: tuple[dict[str, Any] | None, str | None]) -> dict[str, Any]:
     """``kit.audit.bisect`` over the locked releases between FROM and TO, each visited
     release audited from FROM as the main audit was."""
     from kit.audit.bisect import bisect
@@ -122,7 +123,8 @@ def run_bisect(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     found = bisect(sides["from"], sides["to"], list(known_releases()), one, out / "bisect",
                    lambda cell: screen(model, {"from": sides["from"], "to": cell}, protocol))
     if found["first_moving"] is None and found["first_release"] == sides["to"].release:
-        found["first_moving"] = to_moving  # TO itself: the main audit's first node
+        # TO itself: the main audit's first node, or why it names none
+        found["first_moving"], found["unlocalised"] = to_moving
     return found
 
 
@@ -173,7 +175,7 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     rows = {name: {**c.as_dict(), **describe(outputs[(sides["from"], "plain")][name],
                                              outputs[(sides["to"], "plain")][name], name)}
             for name, c in plain.items()}
-    moving, exposed = None, None
+    moving, exposed, moving_why = None, None, None
     oracle = {"ran": False, "why": "not run: the two sides agree within clean drift, so "
               "neither is nearer a reference than rounding", "outputs": {}}
     if found == "beyond clean drift":  # which side is right, and where it first moves
@@ -186,7 +188,7 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
         probed, more = run_cells(cells, work, feeds, args, "probe")
         outputs.update(probed)
         whole.update(more)
-        moving = first_moving(judge("probe"), exposed, rate)
+        moving, moving_why = localise(judge("probe"), exposed, list(plain), rate)
         for path in work.glob("outputs/*/*/probe-*"):  # every activation of every input
             path.unlink()
     pairs = [f"{side.name} vs {p.name}" for key, side in sides.items() for p in partners[key]]
@@ -194,7 +196,27 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             "clean_pairs": pairs, "compared_whole": whole,
             "external_data": sorted(external), "cells": [c.name for c in cells],
             "exposed": None if exposed is None else len(exposed), "oracle": oracle,
-            "first_moving": moving, **({} if dialled is None else {"dial": dialled})}
+            "first_moving": moving, **({} if moving_why is None else {"unlocalised": moving_why}),
+            **({} if dialled is None else {"dial": dialled})}
+
+
+def localise(probed: dict[str, Any], exposed: list[dict[str, str]], names: list[str],
+             rate: float) -> tuple[dict[str, Any] | None, str | None]:
+    """The first exposed tensor that moves in the instrumented copy; where none does, why
+    (the plain graph's outputs moved, or there would be nothing to localise)."""
+    moving = first_moving(probed, exposed, rate)
+    if moving is not None:
+        return moving, None
+    unmoved = all(probed[name].audited_rate <= rate for name in names)
+    return None, UNDONE if unmoved else UNEXPOSED
+
+
+UNDONE = ("no instrumented node leaves its clean envelope, and neither do the instrumented "
+          "copy's outputs: exposing its tensors undoes what moves the plain graph (a fusion "
+          "or an elimination across the exposed tensors; the corpus's fusion cases do so)")
+UNEXPOSED = ("no instrumented node leaves its clean envelope, but the instrumented copy's "
+             "outputs do: the move starts in a node the copy leaves unexposed (an op outside "
+             "the protocol's op_types, or a tensor of an unknown type)")
 
 
 def describe(a: Any, b: Any, name: str) -> dict[str, Any]:
@@ -318,7 +340,7 @@ def _measured(record: dict[str, Any]) -> list[Any]:
         if moving else [], note="" if moving else
         "not run: the outputs stay within clean drift (the instrumented copy runs only "
         "beyond it)" if record.get("exposed") is None else
-        "no instrumented node leaves its clean envelope"))
+        record.get("unlocalised", "no instrumented node leaves its clean envelope")))
     return sections
 
 

@@ -630,6 +630,14 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
             current[key] = _session(model, job["model"], job)
         return current[key]
 
+    digests: dict[Path, str] = {}  # each file hashed once: the run's jobs share them
+
+    def hashed(path: Path) -> str:  # a model with its external data, or an inputs file
+        if path not in digests:
+            digests[path] = model_sha256(path, external[path]) if path in external \
+                else sha256_file(path)
+        return digests[path]
+
     prepared = _prepare(jobs, outputs, in_root, session_for, loaded)
     started = time.monotonic()
     for done, (job, model, inputs, output, n) in enumerate(prepared, 1):
@@ -641,8 +649,7 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
             **_session_record(session, job),
             "id": job["id"], "model": job["model"], "inputs": job["inputs"],
             "output": job["output"], "batch_size": job["batch_size"], "n": n,
-            "model_sha256": model_sha256(model, external[model]),
-            "inputs_sha256": sha256_file(inputs),
+            "model_sha256": hashed(model), "inputs_sha256": hashed(inputs),
             "output_sha256": hashlib.sha256(data).hexdigest(),
             "graph_outputs": sorted(results),
         }
