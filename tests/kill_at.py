@@ -15,6 +15,7 @@ import builtins
 import io
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -104,6 +105,54 @@ def live_writers(folder: Path, seconds: float) -> list[int]:
         if not found or time.monotonic() >= deadline:
             return found
         time.sleep(0.1)
+
+
+USER_FILES = {".x.tmp": 0o600, "state.json": 0o640, "notes/mine.txt": 0o600}
+TIMED = {"cpu.json", "timings.json"}  # how long a run took: never the same twice
+
+
+def run_at(kill_at: int, args: list[str], runs: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m kit ARGS --run RUNS`` under the harness, killed at write ``kill_at``."""
+    from kit.paths import ROOT
+
+    return subprocess.run([sys.executable, "-m", "tests.kill_at", str(kill_at), *args,
+                           "--run", str(runs)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, check=False)
+
+
+def run_files(runs: Path) -> dict[str, bytes]:
+    """Every file of a run folder and its bytes, the time records and the lock apart."""
+    return {p.relative_to(runs).as_posix(): p.read_bytes() for p in sorted(runs.rglob("*"))
+            if p.is_file() and p.name not in TIMED and p.name != ".lock"}
+
+
+def kill_and_rerun(args: list[str], tmp: Path, step: int) -> list[int]:
+    """An uninterrupted run of ``python -m kit ARGS --run``, then, at every ``step``-th of
+    its writes (``step`` 0: the middle one only), a run killed there beside the user's
+    files, and a rerun into the same folder: no process is left writing there, the user's
+    files keep their bytes and mode, and the rerun gives every file of the uninterrupted
+    run byte for byte. Returns the moments killed at."""
+    whole = run_at(0, args, tmp / "whole")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    writes = int(whole.stderr.rsplit("kill_at: ", 1)[1].split()[0])
+    assert writes >= 50
+    expected = run_files(tmp / "whole")
+    moments = list(range(1, writes + 1, step)) if step else [writes // 2]
+    for kill_at in moments:
+        folder = tmp / f"k{kill_at}"
+        folder.mkdir()
+        seed_user_files(folder, USER_FILES)
+        proc = run_at(kill_at, args, folder / "runs")
+        assert proc.returncode == -signal.SIGKILL, (kill_at, proc.stderr[-2000:])
+        assert live_writers(folder / "runs", 1.5) == [], kill_at
+        assert changed_user_files(folder, USER_FILES) == [], kill_at
+        rerun = run_at(0, args, folder / "runs")
+        assert rerun.returncode == 0, (kill_at, rerun.stderr[-3000:])
+        found = run_files(folder / "runs")
+        assert sorted(found) == sorted(expected), kill_at
+        assert [name for name in expected if found[name] != expected[name]] == [], kill_at
+        assert changed_user_files(folder, USER_FILES) == [], kill_at
+    return moments
 
 
 def main() -> int:
