@@ -116,9 +116,13 @@ def temporary(out: Path) -> Path:
     ``publish``; checks ``out`` first, so a foreign folder is refused before any work."""
     written(out)
     out.mkdir(parents=True, exist_ok=True)
-    for path in out.iterdir():  # a killed command's staging folder, its writer gone
-        if stale(path.name) and path.is_dir() and not path.is_symlink():
+    for path in out.iterdir():  # what a killed command left, its writer gone: its staging
+        if not stale(path.name) or path.is_symlink():  # folder, or the mark it was writing
+            continue
+        if path.is_dir():
             shutil.rmtree(path)
+        elif path.is_file():
+            path.unlink()
     return Path(tempfile.mkdtemp(prefix=temporary_prefix(STAGING), suffix=".tmp", dir=out))
 
 
