@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from kit.paths import ROOT
-from tests.claims.test_archive import repo as repo  # noqa: F401  (the fixture)
+from tests.claims.test_archive import repo as repo
 from tests.kill_at import USER_FILES, changed_user_files, seed_user_files
 
 EVERY = int(os.environ.get("KIT_KILL_EVERY", "0"))
@@ -35,7 +35,7 @@ def _files(out: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
 
 
-def test_killed_at_each_write_the_deposit_is_whole_or_absent(repo: Path,  # noqa: F811
+def test_killed_at_each_write_the_deposit_is_whole_or_absent(repo: Path,
                                                                tmp_path: Path) -> None:
     (tmp_path / "whole").mkdir()  # as each killed run's folder: the same writes
     seed_user_files(tmp_path / "whole", USER_FILES)
