@@ -510,3 +510,24 @@ def test_an_unlocalised_move_says_whether_the_copy_undid_it() -> None:
     moving, why = localise({"h": cal(0.5), "y": cal(1.0)}, exposed, ["y"], 0.01)
     assert (moving or {}).get("node") == "cast_h"
     assert why is None
+
+
+def test_the_node_of_every_graph_output_is_watched_whatever_its_op(tmp_path: Path) -> None:
+    """Protocol version 4: a graph output is in every copy already, so its node is watched
+    even when its op is outside op_types (here QuantizeLinear, as in the corpus's
+    quantizelinear-fp16-truncate); an inner node outside op_types stays unexposed."""
+    from onnx import TensorProto, helper
+
+    from kit.audit.model import probe
+
+    graph = helper.make_graph(
+        [helper.make_node("Flatten", ["x"], ["f"], name="flatten"),
+         helper.make_node("Relu", ["f"], ["r"], name="relu"),
+         helper.make_node("QuantizeLinear", ["r", "s"], ["y"], name="quantize")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, ["N", 4])],
+        [helper.make_tensor("s", TensorProto.FLOAT, [], [0.1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    exposed = probe(model, tmp_path / "probe.onnx", PROTOCOL["localisation"]["op_types"])
+    assert [(e["node"], e["op"]) for e in exposed] == [("relu", "Relu"),
+                                                       ("quantize", "QuantizeLinear")]

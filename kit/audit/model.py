@@ -174,9 +174,11 @@ def probe(model: onnx.ModelProto, target: Path, op_types: list[str]) -> list[dic
     types = {v.name: v.type.tensor_type.elem_type for v in
              [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]}
     outputs = {o.name for o in model.graph.output}
-    chosen = [(node, tensor) for node in model.graph.node if node.op_type in op_types
-              for tensor in node.output
-              if tensor and (tensor in outputs or types.get(tensor) in EXPOSED_TYPES)]
+    # a node of op_types exposes its outputs of a known type; a graph output is in every
+    # copy already (exposing it breaks no fusion), so its node is watched whatever its op
+    chosen = [(node, tensor) for node in model.graph.node for tensor in node.output
+              if tensor and (tensor in outputs or node.op_type in op_types
+                             and types.get(tensor) in EXPOSED_TYPES)]
     seen = {tensor for _, tensor in chosen}
     producers = {t: node for node in model.graph.node for t in node.output if t}
     exposed = []

@@ -21,6 +21,7 @@ import numpy as np
 Array = np.ndarray[Any, Any]
 ORACLE_INPUTS = 4
 TIE = 1e-6  # relative to the oracle's largest magnitude: both sides equally near
+UPGRADES = (19, 21)  # opsets the oracle lifts a model to when onnx.reference lacks an op
 
 
 def widened(model: Any) -> Any:
@@ -59,7 +60,8 @@ def oracle_outputs(model: Any, feeds: dict[str, Array], wanted: Any = None
     from onnx.reference import ReferenceEvaluator
 
     names = [o.name for o in model.graph.output if wanted is None or o.name in wanted]
-    for candidate, precision in ((widened(model), "float64"), (model, "as exported")):
+    error = "no precision ran"
+    for candidate, precision in _candidates(model):
         try:
             evaluator = ReferenceEvaluator(candidate)
             wide = precision == "float64"
@@ -71,11 +73,32 @@ def oracle_outputs(model: Any, feeds: dict[str, Array], wanted: Any = None
                 for i in range(0, rows - rows % step, step)]
             return {name: np.concatenate([np.asarray(r[j]) for r in runs])
                     for j, name in enumerate(names)}, precision
-        except Exception as exc:
-            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            if precision == "as exported":
-                raise OracleFailed(error) from exc
-    raise OracleFailed("no precision ran")
+        except Exception as exc:  # onnx.reference raises many kinds; the first says why
+            if error == "no precision ran":
+                error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    raise OracleFailed(error)
+
+
+def _candidates(model: Any) -> Any:
+    """The model in float64, then as exported; then, since onnx.reference implements an
+    operator only at some of its versions (DequantizeLinear from 19, not 13), the same two
+    after ``onnx.version_converter`` lifted the model to each later opset of
+    ``UPGRADES`` it converts to (the precision says which)."""
+    import onnx
+    from onnx import version_converter
+
+    yield widened(model), "float64"
+    yield model, "as exported"
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    for target in (t for t in UPGRADES if t > opset):
+        try:
+            lifted = version_converter.convert_version(model, target)
+        except Exception:  # an adapter it lacks: the next target, or none
+            continue
+        if not isinstance(lifted, onnx.ModelProto):
+            continue
+        yield widened(lifted), f"float64, the model converted to opset {target}"
+        yield lifted, f"as exported, the model converted to opset {target}"
 
 
 def fixed_batch(model: Any) -> int | None:

@@ -141,14 +141,15 @@ def test_the_first_committed_deviation_counts_a_nan_on_both_sides_as_inf() -> No
         rule.deviation(same, want, "t", 3)
 
 
-def test_the_first_committed_rule_gives_ten_of_eleven_on_the_shipped_evidence() -> None:
+def test_the_first_committed_rule_gives_one_fewer_on_the_shipped_evidence() -> None:
     """Under the rule first committed, minmax-nan (its fixed releases NaN where the
     reference is NaN) does not reproduce and no release of it deviates, so K1 and K2 fail;
-    under the revision all eleven reproduce. No other case's deviations change."""
+    under the revision all fifteen (protocol version 3) reproduce. No other case's
+    deviations change."""
     ev = CorpusEvidence(ROOT / "claims" / "corpus" / "evidence" / "kit")
     frozen, revised = ev.decisions_under(rule.FROZEN), ev.decisions_under(rule.REVISED)
     assert [i for i, c in frozen.items() if not c["decision"]["reproduced"]] == ["minmax-nan"]
-    assert (len(ev.reproduced(rule.FROZEN)), len(ev.reproduced(rule.REVISED))) == (10, 11)
+    assert (len(ev.reproduced(rule.FROZEN)), len(ev.reproduced(rule.REVISED))) == (14, 15)
     assert [i for i in frozen if frozen[i]["deviations"] != revised[i]["deviations"]] == [
         "minmax-nan"]
     assert frozen["minmax-nan"]["range"] == {
@@ -169,7 +170,7 @@ def test_the_report_names_its_rule_and_the_count_the_claims_page_decides_on(
     page = write_report(ROOT / "claims" / "corpus" / "evidence" / "kit", tmp_path / "report")
     text = page.read_text()
     assert "version 2 (02e59e2" in text
-    assert "10 of 11: the rule as first committed" in text
+    assert "14 of 15: the rule as first committed" in text
     assert "decide apart on minmax-nan" in text
 
 

@@ -10,7 +10,8 @@ from kit.errors import ConfigError
 NAMES = ("avgpool_asym_pads", "avgpool_ceil_include_pad", "pad_avgpool_fusion",
          "cast_chain_fp16", "layernorm_fusion_axis", "resize_nearest_tie",
          "pad_maxpool_fusion", "simplified_layernorm_pow", "reduce_noop_empty_axes",
-         "layernorm_large_mean", "minmax_nan")
+         "layernorm_large_mean", "minmax_nan", "quantizelinear_fp16_truncate",
+         "gemm_transpose_identity_perm", "qdq_conv_bias_scale", "reduce_empty_set")
 CASES: tuple[Case, ...] = tuple(import_module(f"kit.corpus.cases.{name}").CASE
                                 for name in NAMES)
 
