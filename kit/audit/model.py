@@ -177,8 +177,8 @@ def probe(model: onnx.ModelProto, target: Path, op_types: list[str]) -> list[dic
     # a node of op_types exposes its outputs of a known type; a graph output is in every
     # copy already (exposing it breaks no fusion), so its node is watched whatever its op
     chosen = [(node, tensor) for node in model.graph.node for tensor in node.output
-              if tensor and (tensor in outputs or node.op_type in op_types
-                             and types.get(tensor) in EXPOSED_TYPES)]
+              if tensor and (tensor in outputs or (node.op_type in op_types
+                                                   and types.get(tensor) in EXPOSED_TYPES))]
     seen = {tensor for _, tensor in chosen}
     producers = {t: node for node in model.graph.node for t in node.output if t}
     exposed = []

@@ -9,7 +9,9 @@ kit.corpus.cases.pad_avgpool_fusion, kit.corpus.cases.cast_chain_fp16,
 kit.corpus.cases.layernorm_fusion_axis, kit.corpus.cases.resize_nearest_tie,
 kit.corpus.cases.pad_maxpool_fusion, kit.corpus.cases.simplified_layernorm_pow,
 kit.corpus.cases.reduce_noop_empty_axes, kit.corpus.cases.layernorm_large_mean,
-kit.corpus.cases.minmax_nan; the shared
+kit.corpus.cases.minmax_nan, kit.corpus.cases.quantizelinear_fp16_truncate,
+kit.corpus.cases.gemm_transpose_identity_perm, kit.corpus.cases.qdq_conv_bias_scale,
+kit.corpus.cases.reduce_empty_set; the shared
 interval helper kit.stats gives the rate's Wilson interval. The crash-only table
 (kit.corpus.crashes): one crash case end to end, its rule, its recompute and the shipped
 table."""
