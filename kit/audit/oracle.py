@@ -84,7 +84,6 @@ def _candidates(model: Any) -> Any:
     operator only at some of its versions (DequantizeLinear from 19, not 13), the same two
     after ``onnx.version_converter`` lifted the model to each later opset of
     ``UPGRADES`` it converts to (the precision says which)."""
-    import onnx
     from onnx import version_converter
 
     yield widened(model), "float64"
@@ -94,8 +93,6 @@ def _candidates(model: Any) -> Any:
         try:
             lifted = version_converter.convert_version(model, target)
         except Exception:  # an adapter it lacks: the next target, or none
-            continue
-        if not isinstance(lifted, onnx.ModelProto):
             continue
         yield widened(lifted), f"float64, the model converted to opset {target}"
         yield lifted, f"as exported, the model converted to opset {target}"
