@@ -540,7 +540,7 @@ def test_a_symbolic_link_under_claims_is_refused(repository: Path, tmp_path: Pat
         f"{folder}: a symbolic link (to {outside}); claims/ and manifests/ must hold the "
         "files themselves: replace the link with what it points to, or restore it from git")
     assert proc.returncode == 1
-    assert "verify: 610 claim checks" in proc.stdout
+    assert "verify: 617 claim checks" in proc.stdout
     folder.unlink()
     shutil.move(outside, folder)
     (folder / "extra.npz").unlink()
@@ -592,7 +592,7 @@ def test_every_problem_is_listed_and_the_claims_still_decided(repository: Path,
     assert all(": level: 'vibes-" in f for f in found[2:])
     assert len(found) == 4
     assert proc.returncode == 1
-    assert "verify: 610 claim checks, 4 failed checks" in proc.stdout
+    assert "verify: 617 claim checks, 4 failed checks" in proc.stdout
     assert re.search(r"^A-001    digits    .* three ", proc.stdout, re.MULTILINE)
 
 
