@@ -13,6 +13,8 @@ It writes into ``--out`` (default ``runs/archive``; the kit's folder rule, ``kit
 A checkout with uncommitted changes to tracked files is refused: its root would not be the
 archive's. The root is computed here from the checkout (``kit.claims.coverage.roots``),
 which equals the archive's tree because nothing tracked differs from the commit.
+``DEPOSIT.json`` moves into place last (``kit.owned.publish``'s commit file): where it
+stands, the whole deposit does.
 """
 
 from __future__ import annotations
@@ -61,5 +63,5 @@ def write_archive(root: Path, out: Path) -> Path:
             "roots": found, "check": "tar xzf ARCHIVE && cd kit-<commit>/ && python3 -m "
             "kit.runtime.venvs verify && .venv-verify/bin/python -m kit verify "
             f"--expect-root {found['combined']}"}))
-        publish(staging, out, "python -m kit archive")
+        publish(staging, out, "python -m kit archive", commit="DEPOSIT.json")
     return out / "DEPOSIT.json"

@@ -143,6 +143,6 @@ def write_reports(out: Path) -> Path:
     with staged(out) as staging:
         pages = {r: r.render(ROOT / r.evidence, staging / r.name) for r in REPORTS}
         write_atomic(staging / "index.html", index_page(pages, staging).encode())
-        publish(staging, out, "python -m kit reports")
+        publish(staging, out, "python -m kit reports", commit="index.html")
     relink()  # the claims page links the reports, whichever command ran first
     return out / "index.html"
