@@ -8,7 +8,8 @@ substrate whose evidence is there:
    (``kit.tolerance``: identical, within tolerance, or differs naming the file, array and
    element); the run metadata (``machine.json``, the run manifest, timings) stays outside;
    the drift study's localisation ranks and the summaries computed from them are judged at
-   the ties of their layer scores (``kit.drift.ties``);
+   the ties of their layer scores (``kit.drift.ties``), and the SciML study's detections
+   and verdicts at their thresholds (``kit.sciml.margins``);
 2. every claim is recomputed from the fresh evidence with the checkout's ledgers and
    rules, and its status and value set beside the shipped ones: the status diff.
 
@@ -88,6 +89,10 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
                 from kit.drift.ties import revise  # ranks at their ties
 
                 verdicts = revise(verdicts, fresh / folder, root / folder, bounds)
+            if ledger["study"] == "sciml" and not again:
+                from kit.sciml.margins import revise as at_thresholds
+
+                verdicts = at_thresholds(verdicts, sides(fresh, root, substrate), bounds)
             made_on = root / folder / MACHINE
             diff = status_diff(ledger, name, root, fresh)
             study = {
@@ -118,6 +123,16 @@ def judged(fresh: Path, root: Path, folder: str, study: str, bounds: Any,
              if n.split("/")[-1] not in (SHIPPED_MANIFEST, *UNHASHED)]
     return compare_folders(fresh / folder, root / folder, study, names, bounds,
                            retrained=again)
+
+
+def sides(fresh: Path, root: Path, substrate: dict[str, Any]
+          ) -> dict[str, tuple[Path, Path]]:
+    """Per verdict prefix ('' and, with null evidence, 'null/'): the fresh and the shipped
+    evidence folder."""
+    found = {"": (fresh / substrate["evidence"], root / substrate["evidence"])}
+    if substrate.get("null_evidence"):
+        found["null/"] = (fresh / substrate["null_evidence"], root / substrate["null_evidence"])
+    return found
 
 
 def null_judged(fresh: Path, root: Path, substrate: dict[str, Any], study: str,
