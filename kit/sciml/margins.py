@@ -29,6 +29,7 @@ is never absorbed.
 from __future__ import annotations
 
 import copy
+import math
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -64,8 +65,8 @@ def verdicts_reachable(row: dict[str, Any], bound: Bound) -> set[str]:
     floor move within the bound (the verdict is monotone in both: the corners suffice)."""
     from kit.sciml.verdicts import judge
 
-    v, floor = row["violation"], row["floor"]
-    if v is None:
+    v, floor = row["violation"], row["floor"] or 0.0
+    if v is None or not math.isfinite(v):
         return {row["verdict"]}
     return {judge(row["card"], row["case"], max(v + dv, 0.0), row["tolerance"],
                   max(floor + df, 0.0), row["domain"]).verdict
