@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -269,3 +270,26 @@ def test_a_step_takes_the_cost_recorded_for_where_its_models_come_from(tmp_path:
     assert load_costs(False, table)["sciml"].cpu_s == 3000
     assert load_costs(False, table, {"sciml": "shipped"})["sciml"].cpu_s == 500
     assert load_costs(False, table, {"sciml": "train"})["sciml"].cpu_s == 3000
+
+
+def test_a_step_of_several_commands_keeps_one_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The drift step runs the study, then its replay: the progress line's time so far and
+    time left run over both (one heartbeat), never from zero again at the second command."""
+    import contextlib
+
+    from kit.reproduce import steps
+
+    clocks: list[tuple[str, float | None]] = []
+
+    @contextlib.contextmanager
+    def heartbeat(what: str, expected: float | None = None) -> Any:
+        clocks.append((what, expected))
+        yield
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(steps, "heartbeat", heartbeat)
+    monkeypatch.setattr(steps.subprocess, "run", lambda argv, **_: (
+        ran.append(argv), subprocess.CompletedProcess(argv, 0))[1])
+    steps.run_step(Options(runs=Path("/r")), "drift", expected_s=3000.0)
+    assert len(ran) == len(ARGV["drift"](Options(runs=Path("/r")))) == 2
+    assert clocks == [("reproduce-all: step drift", 3000.0)]

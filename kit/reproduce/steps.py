@@ -167,19 +167,20 @@ ARGV: dict[str, Callable[[Options], list[list[str]]]] = {
 
 
 def run_step(o: Options, step: str, expected_s: float | None = None) -> None:
-    """Run one step's commands, a progress line at least every 30 s while each runs (with
-    the time left of ``expected_s``); an error naming the step and the command when one
-    fails. A replay that finds differences exits 1 having written its report: a finding,
-    not a failure of the step."""
-    for command in ARGV[step](o):
-        argv = [sys.executable, "-m", "kit", *command]
-        say(f"reproduce-all: {step}: python {' '.join(argv[1:])}")
-        with heartbeat(f"reproduce-all: step {step}", expected_s):
+    """Run one step's commands, a progress line at least every 30 s while they run (the
+    step's time so far and, of ``expected_s``, its time left: one clock over all of the
+    step's commands); an error naming the step and the command when one fails. A replay
+    that finds differences exits 1 having written its report: a finding, not a failure of
+    the step."""
+    with heartbeat(f"reproduce-all: step {step}", expected_s):
+        for command in ARGV[step](o):
+            argv = [sys.executable, "-m", "kit", *command]
+            say(f"reproduce-all: {step}: python {' '.join(argv[1:])}")
             code = subprocess.run(argv, cwd=ROOT, check=False, env=child_env()).returncode
-        if code != 0 and not (code == 1 and "--replay" in command):
-            raise KitError(f"{o.folder(step)}: step {step} failed (exit {code}) in python "
-                           f"{' '.join(argv[1:])}; fix what it names and rerun reproduce-all, "
-                           "which resumes")
+            if code != 0 and not (code == 1 and "--replay" in command):
+                raise KitError(f"{o.folder(step)}: step {step} failed (exit {code}) in python "
+                               f"{' '.join(argv[1:])}; fix what it names and rerun "
+                               "reproduce-all, which resumes")
 
 
 # The record each step writes last: its presence (with a run manifest that checks out)
