@@ -139,7 +139,16 @@ def cell(part: dict[str, Any]) -> str:
             f"{len(part['value_changes'])} value changes")
 
 
+# The substrates whose runs train or fetch models (kit.reproduce.command's MODEL_EVIDENCE
+# steps, as JUDGED_AS names them; a test holds the two together).
+TRAINED = ("corpus/detectors", "drift/digits", "realdrift/digits", "sciml/kit")
+
+
 def _models(part: dict[str, Any]) -> str:
+    """Where a part's models came from; a record that does not say (``verify --evidence``
+    alone knows nothing of the run's models) says so for a substrate that has them."""
+    if part["models"] is None and part["study"] in TRAINED:
+        return "its models not named (judged by verify --evidence alone)"
     return {None: "no trained models", "shipped": "on the shipped weights",
             "train": "retrained here"}.get(part["models"], str(part["models"]))
 

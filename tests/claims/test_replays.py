@@ -191,3 +191,16 @@ def test_the_sciml_null_is_judged_beside_its_study_and_its_absence_named(
     moved = [v for v in null_judged(fresh, ROOT, spec, "sciml", load_bounds(), False)
              if v.verdict != "identical"]
     assert [(v.file, v.verdict) for v in moved] == [("null/fno.json", "differs")]
+
+
+def test_a_record_that_does_not_name_its_models_says_so_where_there_are_models() -> None:
+    """verify --evidence alone records no models: the matrix must not read "no trained
+    models" for a substrate whose runs train or fetch them (kit.claims.replays.TRAINED,
+    held to reproduce-all's steps)."""
+    from kit.claims.replays import TRAINED, _models
+    from kit.reproduce.command import JUDGED_AS, MODEL_EVIDENCE
+
+    assert set(TRAINED) == {JUDGED_AS[step] for step in MODEL_EVIDENCE}
+    assert _models({"models": None, "study": "sciml/kit"}).startswith("its models not named")
+    assert _models({"models": None, "study": "corpus/kit"}) == "no trained models"
+    assert _models({"models": "shipped", "study": "sciml/kit"}) == "on the shipped weights"
