@@ -40,11 +40,38 @@ def reference_floor(pde: str) -> float:
     return float(abs(coarse - fine) / abs(fine))
 
 
-def _summary(values: list[float], passes: list[bool], seed: int) -> dict[str, Any]:
+def summarise(values: list[float], passes: list[bool], seed: int) -> dict[str, Any]:
+    """One relation's summary over a PDE's subjects: the pass rate with its Wilson
+    interval, the mean ratio and its percentile bootstrap interval (``seed``)."""
     arr = np.asarray(values)
     mean_ci = bootstrap_mean_ci(arr, seed) if len(arr) > 1 else (float(arr[0]), float(arr[0]))
     return {**rate(sum(passes), len(passes), count="passes", value=False),
             "mean_ratio": float(arr.mean()), "mean_ratio_ci95": list(mean_ci)}
+
+
+def summaries(rows: list[dict[str, Any]], p_index: int) -> dict[str, Any]:
+    """A PDE's summary of MR-A, MR-B and MR-C from its subjects' rows (``p_index``: the
+    PDE's place in ``pinn.PDES``, which seeds the bootstrap)."""
+    return {
+        "mr_a": {"passes": sum(r["verdicts"]["mr_a"] == "pass" for r in rows),
+                 "n": len(rows), "vacuous": True,
+                 "max_violation": max(r["mr_a_violation"] for r in rows)},
+        "mr_b": summarise([r["mr_b_ratio"] for r in rows],
+                          [r["verdicts"]["mr_b"] == "pass" for r in rows], 100 + p_index),
+        "mr_c": summarise([r["mr_c_ratio"] for r in rows],
+                          [r["verdicts"]["mr_c"] == "pass" for r in rows], 200 + p_index)}
+
+
+def comparison(heat: Any, burgers: Any) -> dict[str, Any]:
+    """MR-B's ratios of the two PDEs compared: Cliff's delta, and with more than one seed
+    the signed-rank test paired by seed and the Mann-Whitney test."""
+    heat, burgers = np.asarray(heat), np.asarray(burgers)
+    found: dict[str, Any] = {"n_per_pde": len(heat),
+                             "cliffs_delta_heat_vs_burgers": cliffs_delta(heat, burgers)}
+    if len(heat) > 1:
+        found["wilcoxon_signed_rank_p_paired_by_seed"] = wilcoxon(heat, burgers)
+        found["mann_whitney_p"] = float(scipy_stats.mannwhitneyu(heat, burgers).pvalue)
+    return found
 
 
 def run_pinn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 15,
@@ -87,19 +114,6 @@ def run_pinn(ledger: Ledger, cards: dict[str, dict[str, Any]], roster: int = 15,
             progress.step(f"{pde} seed {seed}")
         record["subjects"] += [{"pde": pde, **r} for r in rows]
         ratios[pde] = [r["mr_b_ratio"] for r in rows]
-        record["summary"][pde] = {
-            "mr_a": {"passes": sum(r["verdicts"]["mr_a"] == "pass" for r in rows),
-                     "n": len(rows), "vacuous": True,
-                     "max_violation": max(r["mr_a_violation"] for r in rows)},
-            "mr_b": _summary(ratios[pde], [r["verdicts"]["mr_b"] == "pass" for r in rows],
-                             100 + p_index),
-            "mr_c": _summary([r["mr_c_ratio"] for r in rows],
-                             [r["verdicts"]["mr_c"] == "pass" for r in rows], 200 + p_index)}
-    heat, burgers = np.asarray(ratios["heat"]), np.asarray(ratios["burgers"])
-    comparison: dict[str, Any] = {"n_per_pde": len(heat),
-                                  "cliffs_delta_heat_vs_burgers": cliffs_delta(heat, burgers)}
-    if len(heat) > 1:
-        comparison["wilcoxon_signed_rank_p_paired_by_seed"] = wilcoxon(heat, burgers)
-        comparison["mann_whitney_p"] = float(scipy_stats.mannwhitneyu(heat, burgers).pvalue)
-    record["mr_b_comparison"] = comparison
+        record["summary"][pde] = summaries(rows, p_index)
+    record["mr_b_comparison"] = comparison(ratios["heat"], ratios["burgers"])
     return record

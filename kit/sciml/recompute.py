@@ -29,7 +29,9 @@ Value = float | int | bool | list[float] | str
 # each check returns every field that disagrees (a summary is never read on trust).
 RECOUNTS: dict[str, Callable[[Any], list[str]]] = {
     "mgn_faults.json": recompute_faults.recount, "ledger.json": recount.ledger,
-    "pinn.json": recount.pinn, "fno.json": recount.fno, "mgn.json": recount.mgn}
+    "pinn.json": recount.pinn, "fno.json": recount.fno, "mgn.json": recount.mgn,
+    "operator_floor.json": recount.operator_floor, "fv_balance.json": recount.fv_balance,
+    "second_task.json": recount.second_task}
 
 
 class SciEvidence:

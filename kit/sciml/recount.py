@@ -10,10 +10,22 @@ the file and the field, so a summary edited alone (and re-hashed) cannot move a 
   matching those states;
 - ``pinn.json``: every subject's ratio is its boundary violation over the boundary floor,
   and its three verdicts are re-judged from its violations against the recorded
-  tolerances and reference floors (the exact relation's tolerance from its MR card);
+  tolerances and reference floors (the exact relation's tolerance from its MR card); each
+  PDE's summary (pass counts, Wilson intervals, mean ratios and their bootstrap
+  intervals, MR-A's largest violation) and the MR-B comparison of the two PDEs are
+  recomputed from the subjects;
 - ``fno.json``: every roster subject is admitted exactly when the translation tolerance
-  dominates its floor by the card's margin, and each admitted count is the count of them;
-- ``mgn.json``: the mirror domain score is m / (m + 1) of the recorded mismatch m.
+  dominates its floor by the card's margin, and each admitted count is the count of them,
+  with its Wilson interval; the largest translation violation and the count of rejected
+  Dirichlet decisions are the checkpoints';
+- ``mgn.json``: the mirror domain score is m / (m + 1) of the recorded mismatch m, and the
+  continuity tolerance is its card's fraction of the recorded gradient scale;
+- ``operator_floor.json``: the log-log fit (slope, its interval, R^2), the bound check, the
+  finest mesh's predictor error and the gate's decision at every resolution are
+  recomputed from the resolutions;
+- ``fv_balance.json``: the imbalance and the floor from the sums and the flux scale;
+- ``second_task.json``: the density variation and the mass tolerance from the measured
+  densities and gradient scale.
 
 ``mgn_faults.json`` has its own recount (``kit.sciml.recompute_faults.recount``).
 """
@@ -28,12 +40,21 @@ from kit.errors import KitError
 from kit.sciml.cards import fixed_tolerance, load_cards
 from kit.sciml.gate import decision_of
 from kit.sciml.verdicts import domain_score, judge
+from kit.stats import wilson
 
 RUBRIC = {"physical basis": "basis", "transformation preconditions": "preconditions",
           "metric and tolerance": "numerically_decidable"}
 
 
 def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and \
+            len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) or isinstance(b, dict):
+        return isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys() and \
+            all(_same(a[k], b[k]) for k in a)
+    if a is None or b is None or isinstance(a, bool) or isinstance(b, bool):
+        return bool(a == b)
     if isinstance(a, float) or isinstance(b, float):
         return bool(a == b or (math.isfinite(a) and math.isfinite(b)
                                and abs(a - b) <= 1e-12 * max(abs(a), abs(b))))
@@ -106,6 +127,41 @@ def pinn(record: dict[str, Any]) -> list[str]:
                 problems.append(f"subjects/{i}/verdicts/{relation} is "
                                 f"{s['verdicts'][relation]!r}, but its measures give "
                                 f"{verdict!r}")
+    return problems + pinn_summaries(record)
+
+
+def fields(recorded: dict[str, Any], recounted: dict[str, Any], where: str) -> list[str]:
+    """Every field of ``recounted`` that ``recorded`` (a record's summary at ``where``)
+    lacks or holds otherwise, leaf by leaf."""
+    problems = []
+    for key, want in recounted.items():
+        path = f"{where}/{key}" if where else key
+        if isinstance(want, dict) and isinstance(recorded.get(key), dict):
+            problems += fields(recorded[key], want, path)
+        elif key not in recorded:
+            problems.append(f"{path} is missing; its per-case values give {want!r}")
+        elif not _same(recorded[key], want):
+            problems.append(f"{path} is {recorded[key]!r}, but its per-case values give "
+                            f"{want!r}")
+    return problems
+
+
+def pinn_summaries(record: dict[str, Any]) -> list[str]:
+    """Each PDE's summary and the MR-B comparison against the subjects."""
+    from kit.sciml.pinn import PDES
+    from kit.sciml.pinn_study import comparison, summaries
+
+    rows = {pde: [s for s in record["subjects"] if s["pde"] == pde] for pde in PDES}
+    problems = []
+    for p_index, pde in enumerate(PDES):
+        if rows[pde]:
+            problems += fields(record["summary"].get(pde, {}), summaries(rows[pde], p_index),
+                               f"summary/{pde}")
+    if rows.get("heat") and rows.get("burgers"):
+        problems += fields(record["mr_b_comparison"],
+                           comparison([r["mr_b_ratio"] for r in rows["heat"]],
+                                      [r["mr_b_ratio"] for r in rows["burgers"]]),
+                           "mr_b_comparison")
     return problems
 
 
@@ -131,13 +187,76 @@ def fno(record: dict[str, Any]) -> list[str]:
         if (summary["count"], summary["n"]) != (admitted, len(roster[pde])):
             problems.append(f"roster/{pde}_admitted is {summary['count']}/{summary['n']}, but "
                             f"its subjects count {admitted}/{len(roster[pde])}")
+        problems += fields(summary, {"wilson95": list(wilson(admitted, len(roster[pde])))},
+                           f"roster/{pde}_admitted")
+    checkpoints = record["checkpoints"]
+    problems += fields(record, {
+        "max_translation_violation": max(max(c["translation_violation"]) for c in checkpoints),
+        "dirichlet_rejected": sum(c["decisions"]["dirichlet_translation"] == "rejected"
+                                  for c in checkpoints)}, "")
     return problems
 
 
 def mgn(record: dict[str, Any]) -> list[str]:
-    """The mirror domain score against the recorded mismatch."""
-    score = domain_score(record["mirror_mismatch"])
-    if not _same(record["mirror_domain_score"], score):
-        return [f"mirror_domain_score is {record['mirror_domain_score']!r}, but the mismatch "
-                f"{record['mirror_mismatch']!r} gives {score!r}"]
-    return []
+    """The mirror domain score against the recorded mismatch; the continuity tolerance
+    against its card's fraction of the gradient scale."""
+    from kit.sciml.cards import tolerance_fraction
+
+    problems = fields(record, {"mirror_domain_score": domain_score(record["mirror_mismatch"])},
+                      "")
+    fraction = _from_cards(lambda: tolerance_fraction("mgn-continuity-absolute"))
+    continuity = record.get("continuity")
+    if fraction is not None and continuity is not None:
+        problems += fields(continuity, {"absolute_tolerance":
+                                        fraction * continuity["gradient_rms"]}, "continuity")
+    return problems
+
+
+def operator_floor(record: dict[str, Any]) -> list[str]:
+    """The fit, the bound check, the finest predictor error and the gate's decision at each
+    resolution, from the resolutions."""
+    from kit.sciml.gate import GateFindings, decide
+    from kit.sciml.operator_floor import loglog_fit
+
+    rows = record["resolutions"]
+    problems = fields(record, {
+        **loglog_fit([r["h"] for r in rows], [r["measured"] for r in rows]),
+        "bound_dominates": all(r["bound"] >= r["measured"] for r in rows),
+        "finest_predictor_relative_error":
+            abs(rows[-1]["predicted"] - rows[-1]["measured"]) / rows[-1]["measured"]}, "")
+    card = _from_cards(lambda: load_cards()["p1-divergence-absolute"])
+    if card is None:
+        return problems
+    gates = record["gate_per_resolution"]
+    if len(gates) != len(rows):
+        return [*problems, f"gate_per_resolution has {len(gates)} rows for {len(rows)} "
+                           "resolutions"]
+    for i, (gate, row) in enumerate(zip(gates, rows, strict=True)):
+        decision = decide(card, GateFindings(
+            preconditions={p: "holds" for p in card["preconditions"]},
+            boundary_compatibility="holds", output_mapping="holds", floor=row["measured"],
+            tolerance=record["absolute_tolerance"])).decision
+        problems += fields(gate, {"refinements": row["refinements"], "h": row["h"],
+                                  "decision": decision}, f"gate_per_resolution/{i}")
+    return problems
+
+
+def fv_balance(record: dict[str, Any]) -> list[str]:
+    """The imbalance and the floor from the sums and the flux scale."""
+    import numpy as np
+
+    return fields(record, {
+        "imbalance": abs(record["sum_divergence"] - record["boundary_flux"]),
+        "floor": float(np.finfo(np.float64).eps * record["flux_scale"])}, "")
+
+
+def second_task(record: dict[str, Any]) -> list[str]:
+    """The density variation and the mass tolerance from the measured values."""
+    from kit.sciml.cards import tolerance_fraction
+
+    measured = record["measured"]
+    want = {"density_variation": measured["density_max"] - measured["density_min"]}
+    fraction = _from_cards(lambda: tolerance_fraction("cmp-mass-conservation"))
+    if fraction is not None:
+        want["mass_tolerance"] = fraction * measured["mass_gradient_rms"]
+    return fields(measured, want, "measured")

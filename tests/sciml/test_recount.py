@@ -7,6 +7,7 @@ fails naming the file and field."""
 from __future__ import annotations
 
 import copy
+import fnmatch
 import json
 import shutil
 from collections.abc import Callable
@@ -51,6 +52,10 @@ def _ratio(r: dict[str, Any]) -> None:
 def _pinn_verdict(r: dict[str, Any]) -> None:
     subject = _first(r["subjects"], pde="heat")
     subject["verdicts"]["mr_b"] = "pass" if subject["verdicts"]["mr_b"] != "pass" else "fail"
+
+
+def _pinn_summary(r: dict[str, Any]) -> None:
+    r["summary"]["heat"]["mr_b"]["passes"] -= 1
 
 
 def _roster(r: dict[str, Any]) -> None:
@@ -124,6 +129,69 @@ def test_each_summary_edited_alone_disagrees_with_its_recount(
     assert field in problems[0], problems
 
 
+# Every summary field (a JSON path; '*' stands for every key or index) a record carries
+# beside the per-case values it is computed from.
+SUMMARIES = {
+    "pinn.json": ["summary/*/*/*", "mr_b_comparison/*"],
+    "fno.json": ["max_translation_violation", "dirichlet_rejected", "roster/*_admitted/*"],
+    "mgn.json": ["mirror_domain_score", "continuity/absolute_tolerance"],
+    "operator_floor.json": ["slope", "slope_ci95", "r_squared", "bound_dominates",
+                            "finest_predictor_relative_error",
+                            "gate_per_resolution/*/decision"],
+    "fv_balance.json": ["imbalance", "floor"],
+    "second_task.json": ["measured/density_variation", "measured/mass_tolerance"]}
+
+
+def _leaves(node: Any, pattern: list[str], path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if not pattern:
+        return [path]
+    head, rest = pattern[0], pattern[1:]
+    keys = range(len(node)) if isinstance(node, list) else \
+        [k for k in node if fnmatch.fnmatch(k, head)] if "*" in head else [head]
+    return [leaf for k in keys for leaf in _leaves(node[k], rest, (*path, k))]
+
+
+def _moved(value: Any) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value * 1.5 + 1e-3
+    if isinstance(value, list):
+        return [_moved(value[0]), *value[1:]]
+    return "deferred" if value != "deferred" else "retained-executable"
+
+
+def test_every_summary_field_edited_alone_is_named_by_the_recount() -> None:
+    """Each summary leaf of ``SUMMARIES`` (pass counts and intervals, the fits, the gates'
+    decisions, derived tolerances), moved alone in the shipped and the null evidence,
+    fails the file's recount naming that leaf; the untouched files pass."""
+    from kit.sciml.recompute import RECOUNTS
+
+    edited = 0
+    for folder in ("kit", "null"):
+        for name, patterns in SUMMARIES.items():
+            shipped = read_json(ROOT / "claims" / "sciml" / "evidence" / folder / name)
+            assert RECOUNTS[name](shipped) == [], (folder, name)
+            for pattern in patterns:
+                leaves = _leaves(shipped, pattern.split("/"))
+                assert leaves, (name, pattern)
+                for leaf in leaves:
+                    record = copy.deepcopy(shipped)
+                    parent = record
+                    for key in leaf[:-1]:
+                        parent = parent[key]
+                    parent[leaf[-1]] = _moved(parent[leaf[-1]])
+                    problems = RECOUNTS[name](record)
+                    where = "/".join(str(k) for k in leaf)
+                    # the problem names the leaf, or the summary that holds it
+                    assert any(where.startswith(p.split(" ")[0]) for p in problems), \
+                        (folder, where, problems)
+                    edited += 1
+    assert edited > 100
+
+
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("shipped")
@@ -136,6 +204,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(("name", "edit", "field"), [
     ("ledger.json", _count, "counts/fno-periodic-translation"),
     ("pinn.json", _ratio, "subjects/0/mr_b_ratio"),
+    ("pinn.json", _pinn_summary, "summary/heat/mr_b/passes"),
     ("fno.json", _admitted, "roster/burgers_admitted"),
     ("unified.json", _mgn_copy, "entries/0/detections/conservation")])
 def test_verify_fails_naming_the_file_and_field(repository: Path, tmp_path: Path, name: str,
