@@ -2,12 +2,14 @@
 
 A SciML record holds measured values (violations, floors, metrics), decisions made from
 them at a threshold (a probe trial's detection: its metric against the unmutated
-subject's at the ratio threshold, or against the permutation threshold; a ledger verdict:
-the violation against the tolerance and the floor) and what is computed from those
+subject's at the ratio threshold, or against the permutation threshold; a ledger verdict,
+or a PINN subject's: the violation against the tolerance and the floor, MR-A's against an
+exact zero) and what is computed from those
 (counts, flags, rates, intervals, ratios, a verdict's reason). Under other kernels a
 measured value that sits at a threshold may cross it: a scale probe of severity 1.5
 multiplies the boundary violation by exactly the ratio threshold 1.5, so its detection is
-decided by rounding. A ``unified.json`` or ``ledger.json`` that differs under the study's
+decided by rounding. A ``unified.json``, ``ledger.json`` or ``pinn.json`` that differs
+under the study's
 bound (``kit/protocols/tolerances.yaml``) is judged again:
 
 1. each side's summaries are its own trials' and verdicts' (the recount verify applies to
@@ -38,7 +40,7 @@ from typing import Any
 from kit.errors import KitError
 from kit.tolerance import Bound, Verdict, bound_for, compare_json
 
-DECIDED = ("unified.json", "ledger.json")
+DECIDED = ("unified.json", "ledger.json", "pinn.json")
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -114,6 +116,33 @@ def _ledger_apart(record: dict[str, Any]) -> tuple[Any, dict[str, tuple[Any, ...
     return rest, decisions
 
 
+def _pinn_apart(record: dict[str, Any]) -> tuple[Any, dict[str, tuple[Any, ...]]]:
+    """The record without its subjects' verdicts and the counts and intervals of passes
+    computed from them; the verdicts by path, each with the row ``verdicts_reachable``
+    judges."""
+    from kit.sciml.cards import fixed_tolerance
+
+    rest = copy.deepcopy(record)
+    for relations in rest["summary"].values():
+        for summary in relations.values():
+            summary.pop("passes", None)
+            summary.pop("wilson95", None)
+    tolerances = {"mr_a": (fixed_tolerance("pinn-collocation-permutation"), None),
+                  "mr_b": (record["boundary_floor"], None),
+                  "mr_c": (record["conservation_tolerance"], record["reference_floor"])}
+    decisions: dict[str, tuple[Any, ...]] = {}
+    for i, subject in enumerate(rest["subjects"]):
+        for relation, verdict in subject.pop("verdicts").items():
+            tolerance, floors = tolerances[relation]
+            violation = abs(subject["mr_c_ratio"] - 1.0) if relation == "mr_c" \
+                else subject[f"{relation}_violation"]
+            row = {"card": relation[-1], "case": "", "violation": violation,
+                   "tolerance": tolerance, "floor": floors and floors[subject["pde"]],
+                   "domain": 0.0, "verdict": verdict}
+            decisions[f"/subjects/{i}/verdicts/{relation}"] = (verdict, row)
+    return rest, decisions
+
+
 def _reasons_own(record: dict[str, Any]) -> str:
     """The first verdict whose reason is not the one its own numbers give ('' if none)."""
     from kit.sciml.verdicts import judge
@@ -156,7 +185,8 @@ def judge_decided(fresh: Path, shipped: Path, name: str, bound: Bound, found: Ve
         if own:
             return replace(found, where=f"{found.where}; the {side} {own} is not the one "
                                         "its own numbers give")
-    apart = _unified_apart if kind == "unified.json" else _ledger_apart
+    apart = {"unified.json": _unified_apart, "ledger.json": _ledger_apart,
+             "pinn.json": _pinn_apart}[kind]
     (rest_s, dec_s), (rest_f, dec_f) = apart(records["shipped"]), apart(records["fresh"])
     check = Verdict(name, "within tolerance")
     compare_json(rest_s, rest_f, bound, "", check)

@@ -25,7 +25,7 @@ SCALE_ENTRY = 13  # pinn-burgers-scale-1.5: every boundary metric is 1.5 x its c
 def _fresh(tmp_path: Path, edit: Any, name: str = "unified.json") -> Path:
     fresh = tmp_path / "fresh"
     fresh.mkdir(parents=True)
-    for other in ("unified.json", "mgn_faults.json", "ledger.json"):
+    for other in ("unified.json", "mgn_faults.json", "ledger.json", "pinn.json"):
         shutil.copy(SHIPPED / other, fresh / other)
     record = json.loads((fresh / name).read_text())
     edit(record)
@@ -119,6 +119,53 @@ def test_a_gate_floor_is_judged_as_a_number_in_its_text(tmp_path: Path) -> None:
                          "ledger.json"), "ledger.json")
     assert past.verdict == "differs"
     assert past.where.startswith("/decisions/6/conditions/numerically_decidable/why")
+
+
+def _pinn_verdict(subject: int, relation: str, violation: float, verdict: str) -> Any:
+    """An edit of pinn.json: one subject's violation and verdict, its PDE's summary
+    recomputed, so the record recounts on its own."""
+    from kit.sciml.pinn import PDES
+    from kit.sciml.pinn_study import comparison, summaries
+
+    def edit(record: dict[str, Any]) -> None:
+        row = record["subjects"][subject]
+        row[f"{relation}_violation"] = violation
+        row["verdicts"][relation] = verdict
+        if relation == "mr_b":
+            row["mr_b_ratio"] = violation / record["boundary_floor"]
+        pde = row["pde"]
+        rows = [s for s in record["subjects"] if s["pde"] == pde]
+        record["summary"][pde] = summaries(rows, list(PDES).index(pde))
+        record["mr_b_comparison"] = comparison(
+            *([s["mr_b_ratio"] for s in record["subjects"] if s["pde"] == name]
+              for name in ("heat", "burgers")))
+    return edit
+
+
+def test_a_pinn_verdict_at_its_exact_tolerance_moves_within_and_one_far_from_it_differs(
+        tmp_path: Path) -> None:
+    """MR-A compares a permuted evaluation against a tolerance of one float64 ulp (2.2e-16):
+    the Xeon's MKL-restricted replay turned subject 0's 0 into 1.2e-16, and a CPU that
+    makes it 3e-16 fails it. That flip, at its threshold within the bound, is within
+    tolerance; MR-B's verdict flipped with its violation moved from 3.3 times its floor to
+    half of it differs (a decision that moves with its value past the bound is never
+    absorbed), and so does a verdict edited alone (the fresh record's own recount)."""
+    at = _judge(_fresh(tmp_path / "a", _pinn_verdict(0, "mr_a", 3e-16, "fail"), "pinn.json"),
+                "pinn.json")
+    assert at.verdict == "within tolerance", at.where
+    assert at.detail["decisions_moved"] == 1
+    far = _judge(_fresh(tmp_path / "b", _pinn_verdict(0, "mr_b", 0.005, "pass"),
+                        "pinn.json"), "pinn.json")
+    assert far.verdict == "differs"
+    assert "mr_b" in far.where, far.where
+    assert "recount" not in far.where, far.where
+
+    def alone(record: dict[str, Any]) -> None:
+        record["subjects"][0]["verdicts"]["mr_b"] = "pass"
+
+    edited = _judge(_fresh(tmp_path / "c", alone, "pinn.json"), "pinn.json")
+    assert edited.verdict == "differs"
+    assert "the fresh record's own recount fails" in edited.where
 
 
 def test_verify_evidence_judges_the_sciml_records_through_their_decisions(
