@@ -5,6 +5,7 @@ here, so neither study imports the other."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from kit.errors import KitError
@@ -55,8 +56,10 @@ def contradictions(found: Any, expected: Any, where: str, source: str,
                 for p in contradictions(a, b, inner(i), source, rel_tol)]
     if isinstance(expected, float) and isinstance(found, (int, float)) \
             and not isinstance(found, bool):
-        same = abs(found - expected) <= rel_tol * max(abs(expected), 1.0) \
-            or (found != found and expected != expected)  # NaN on both sides
+        if math.isfinite(expected) and math.isfinite(found):
+            same = abs(found - expected) <= rel_tol * max(abs(expected), 1.0)
+        else:  # an infinity only as itself, NaN only on both sides
+            same = found == expected or (math.isnan(found) and math.isnan(expected))
     else:
         same = found == expected and type(found) is type(expected)
     return [] if same else [f"{where} says {str(found)[:80]}, {source} give {str(expected)[:80]}"]

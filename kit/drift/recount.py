@@ -85,8 +85,11 @@ def _differ(found: Any, expected: Any, where: str) -> list[str]:
 
 
 def check(ev: Evidence, deep: bool = False) -> list[str]:
-    """``bootstrap_problems``, or the one error that stopped it."""
+    """``bootstrap_problems`` and the other records' recounts
+    (``kit.drift.recount_records``), or the one error that stopped them."""
+    from kit.drift import recount_records
+
     try:
-        return bootstrap_problems(ev, deep)
+        return bootstrap_problems(ev, deep) + recount_records.problems(ev)
     except KitError as exc:
         return [str(exc)]
