@@ -76,7 +76,7 @@ def root_checks(root: Path, expect_root: str | None, with_page: bool,
 
     records, replay_problems = load_records(root)
     problems += replay_problems
-    header, rows = matrix(records)
+    header, rows = matrix(records, root)
     found = roots(root)
     if expect_root is not None and expect_root.lower() != found["combined"]:
         problems.append(f"root digest {found['combined']} differs from the expected "

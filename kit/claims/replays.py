@@ -21,7 +21,7 @@ from typing import Any
 
 from kit import schema
 from kit.errors import KitError
-from kit.files import canonical_json, read_json, write_atomic
+from kit.files import canonical_json, read_json, sha256, write_atomic
 from kit.paths import ROOT
 
 REPLAYS = Path("claims") / "replays"
@@ -125,14 +125,28 @@ def recount(part: dict[str, Any], path: Path) -> list[str]:
     return problems
 
 
-def cell(part: dict[str, Any]) -> str:
-    """One study on one CPU: ``holds: 953 identical, 2 within, 0 differ; 0 status changes``."""
+def earlier(part: dict[str, Any], root: Path = ROOT) -> str:
+    """'' when the record compared the study's shipped evidence as it stands (the sha256 of
+    its run manifest, ``against``); otherwise the words that say it compared an earlier
+    run."""
+    study, substrate = part["study"].split("/", 1)
+    manifest = root / "claims" / study / "evidence" / substrate / "run-manifest.json"
+    if manifest.is_file() and sha256(manifest) == part["against"]:
+        return ""
+    return (f" (against an earlier evidence run, run manifest {part['against'][:12]}; "
+            "the shipped evidence has been re-made since)")
+
+
+def cell(part: dict[str, Any], root: Path = ROOT) -> str:
+    """One study on one CPU: ``holds: 953 identical, 2 within, 0 differ; 0 status changes``,
+    and whether it compared an earlier run of the evidence (``earlier``)."""
     counts = part["files"]["counts"]
     verdict = "holds" if part["holds"] else "FAILS"
     kind = " (retrained: status diff decides)" if part["status_only"] else ""
     if part["evidence_machine"] and \
             machine_id(part["evidence_machine"]) == machine_id(part["machine"]):
         kind += " (the CPU that made this evidence)"
+    kind += earlier(part, root)
     return (f"{verdict}{kind}: {counts['identical']} identical, "
             f"{counts['within tolerance']} within, {counts['differs']} differ; "
             f"{len(part['status_changes'])} status changes, "
@@ -153,18 +167,20 @@ def _models(part: dict[str, Any]) -> str:
             "train": "retrained here"}.get(part["models"], str(part["models"]))
 
 
-def markdown(records: list[dict[str, Any]]) -> str:
+def markdown(records: list[dict[str, Any]], root: Path = ROOT) -> str:
     """The matrix as the README prints it (between ``<!-- replays -->`` marks; the tests
     hold the README to the shipped records)."""
-    header, rows = matrix(records)
+    header, rows = matrix(records, root)
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
-def matrix(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def matrix(records: list[dict[str, Any]], root: Path = ROOT
+           ) -> tuple[list[str], list[list[str]]]:
     """The CPUs the kit has replayed on, one row each (CPU, its ISA, the models), one
-    column per study: the header and the rows."""
+    column per study (each record against the evidence under ``root``): the header and
+    the rows."""
     studies = sorted({r["study"] for r in records})
     rows: dict[str, dict[str, Any]] = {}
     for r in records:
@@ -175,7 +191,7 @@ def matrix(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     for key, row in sorted(rows.items()):
         machine = row["machine"]
         table.append([f"{machine['cpu']} ({key})", " ".join(machine.get("isa", [])),
-                      *(cell(row["cells"][s]) + "; " + _models(row["cells"][s])
+                      *(cell(row["cells"][s], root) + "; " + _models(row["cells"][s])
                         if s in row["cells"] else "not replayed" for s in studies)])
     return header, table
 

@@ -52,7 +52,7 @@ def test_a_record_ships_under_its_machine_and_is_drawn(checkout: Path, record: P
     records, problems = load_records(checkout)
     assert problems == []
     assert [r["study"] for r in records] == ["corpus/kit"]
-    header, rows = matrix(records)
+    header, rows = matrix(records, checkout)
     assert header == ["CPU", "ISA (kernel-picking flags)", "corpus/kit"]
     assert rows[0][0].startswith(machine["cpu"])
     counts = records[0]["files"]["counts"]
@@ -66,6 +66,21 @@ def test_a_record_ships_under_its_machine_and_is_drawn(checkout: Path, record: P
     # shipping the same study from the same CPU again replaces its part, nothing more
     ship_record(record, checkout)
     assert len(list((checkout / REPLAYS).rglob("*.json"))) == 1
+
+
+def test_a_record_of_an_earlier_evidence_run_says_so(checkout: Path, record: Path) -> None:
+    """A record compared the run manifest it names (``against``); once the study's evidence
+    is re-made (another run manifest), the matrix says the record is of an earlier run."""
+    ship_record(record, checkout)
+    records, _ = load_records(checkout)
+    assert "earlier evidence run" not in matrix(records, checkout)[1][0][2]
+    manifest = checkout / CORPUS / "run-manifest.json"
+    listing = json.loads(manifest.read_text())
+    listing["re-made"] = True
+    manifest.write_text(json.dumps(listing))
+    row = matrix(records, checkout)[1][0]
+    assert f"against an earlier evidence run, run manifest {records[0]['against'][:12]}" \
+        in row[2], row
 
 
 def test_a_record_that_is_not_one_is_refused(checkout: Path, record: Path,
