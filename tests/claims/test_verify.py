@@ -240,13 +240,36 @@ def test_the_shipped_evidence_checks_out_and_every_claim_is_decided() -> None:
     assert check_trajectories(ROOT) == []
     assert run_manifest_problems(ROOT) == []
     assert check_schemas(ROOT, ledgers) == []
+    from kit.claims.verify import link_kit_answers
+
+    table = _readme_statuses()
+    every = link_kit_answers(ledgers, [o for ledger in ledgers for o in evaluate(ledger, ROOT)],
+                             [])
     for ledger in ledgers:
-        outcomes = evaluate(ledger, ROOT)
+        outcomes = [o for o in every if o.study == ledger["study"]]
         present = [o for o in outcomes if o.substrate in ("digits", "kit")]
         assert present, ledger["study"]
         assert "differs" not in {o.status for o in present}, [
             o.claim for o in present if o.status == "differs"]
         assert all(o.status == "not run here" for o in outcomes if o.substrate == "cifar100")
+        # the README's table of statuses is this evaluation's
+        counts = {s: sum(o.status == s for o in outcomes) for s in table[ledger["study"]]}
+        assert counts == table[ledger["study"]], ledger["study"]
+
+
+def _readme_statuses() -> dict[str, dict[str, int]]:
+    """The README's table of statuses on the shipped evidence: study -> status -> count."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| study | reproduced"))
+    header = [c.strip() for c in lines[start].strip("|").split("|")]
+    found = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        found[cells[0]] = {s: int(n) for s, n in zip(header[1:-1], cells[1:-1], strict=True)}
+        assert int(cells[-1]) == sum(found[cells[0]].values()), cells[0]
+    return found
 
 
 def test_a_reversed_finding_is_printed_and_fails_only_under_strict_findings(
