@@ -99,6 +99,25 @@ def test_a_step_whose_folder_or_options_changed_runs_again(
         Options(runs=runs, small=True, workers=1, scheduler="tcp://h:1"), "drift")
 
 
+def test_a_step_finished_before_the_kit_changed_is_not_kept(tmp_path: Path) -> None:
+    """A finished step is kept on a rerun only under the same code, protocols and locks: a
+    corpus run of the earlier cases, kept after a protocol added seven, shipped 15 cases
+    against evidence of 22. The plan's cost table and byte-code caches do not count."""
+    root = tmp_path / "checkout"
+    shutil.copytree(ROOT / "kit", root / "kit", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "locks", root / "locks")
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    options = Options(runs=tmp_path / "runs")
+    before = identity(options, "corpus", root)
+    (root / "kit" / "reproduce" / "costs.toml").write_text("# another plan\n")
+    (root / "kit" / "__pycache__").mkdir(exist_ok=True)
+    (root / "kit" / "__pycache__" / "x.pyc").write_bytes(b"x")
+    assert identity(options, "corpus", root) == before
+    protocol = root / "kit" / "protocols" / "corpus.yaml"
+    protocol.write_text(protocol.read_text() + "\n# version 5\n")
+    assert identity(options, "corpus", root) != before
+
+
 def test_the_plan_is_printed_and_stops(tmp_path: Path) -> None:
     proc = kit("reproduce-all", "--plan", "--runs", str(tmp_path / "runs"), "--only",
                "drift", "realdrift")

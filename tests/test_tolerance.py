@@ -228,9 +228,11 @@ def test_a_difference_past_its_bound_differs_and_a_changed_status_fails(
     assert first["file"] == CASE
     assert first["where"] == "array y element [0, 0, 3]"
     assert not report["holds"]
-    # three cases whose fixed releases now deviate from their reference: the rate falls to
-    # 7 of 11, below the paper's 10 of 14, and K3 (C-003) no longer holds
-    for case in ("avgpool-asym-pads", "avgpool-ceil-include-pad", "cast-chain-fp16"):
+    # six cases whose fixed releases now deviate from their reference: the rate (under the
+    # rule as first committed) falls to 15 of 22, below the paper's 10 of 14, and K3 (C-003)
+    # no longer holds
+    for case in ("avgpool-asym-pads", "avgpool-ceil-include-pad", "cast-chain-fp16",
+                 "qdq-resize-linear", "qdq-split-output-params", "matmul-scale-leading-dims"):
         _nudge(fresh / CORPUS / "cases" / case / "reference.npz", 1e3)
     report = fresh_report(fresh)
     study = report["studies"]["corpus/kit"]

@@ -73,11 +73,35 @@ class Options:
 
 
 
-def identity(o: Options, step: str) -> str:
+# What a run's bytes can depend on besides its commands: the kit's code, protocols, MR
+# cards and schemas, the locks and the project file (the plan's cost table excepted: it
+# changes no byte of a run).
+INPUTS = ("kit", "locks", "pyproject.toml")
+NOT_INPUTS = ("costs.toml",)
+
+
+def inputs_digest(root: Path = ROOT) -> str:
+    """The sha256 over every file of ``INPUTS`` under ``root`` (path and bytes)."""
+    digest = hashlib.sha256()
+    for top in INPUTS:
+        path = root / top
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for f in files:
+            if "__pycache__" in f.parts or f.name in NOT_INPUTS or not f.is_file():
+                continue
+            digest.update(f.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(hashlib.sha256(f.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def identity(o: Options, step: str, root: Path = ROOT) -> str:
     """What a finished step must have been run with to be kept on a rerun: the sha256 of
-    its commands (where its batches ran is not part of it: that changes no byte)."""
+    its commands (where its batches ran is not part of it: that changes no byte) and of the
+    kit's code, protocols and locks (``inputs_digest``): a step finished before the kit
+    changed runs again, where it was once kept and shipped a run of the earlier code."""
     plain = replace(o, backend=None, scheduler=None, workers=None)
-    return hashlib.sha256(canonical_json(ARGV[step](plain))).hexdigest()
+    return hashlib.sha256(canonical_json({"commands": ARGV[step](plain),
+                                          "inputs": inputs_digest(root)})).hexdigest()
 
 
 def steps_for(only: list[str] | None, small: bool = False) -> list[str]:
