@@ -32,80 +32,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kit.claims import tables
 from kit.claims.coverage import (
     RESTORE,
     check_manifests,
     collect,
     hash_problems,
     read_record,
-    read_shipped,
     relative,
 )
 from kit.claims.ledger import STATUSES, Outcome, clear_cache, evaluate, load_ledger
+from kit.claims.records import check_schemas
 from kit.claims.show import failure_reason, print_rows, print_summary
-from kit.drift.protocol import load_protocol
 from kit.errors import KitError
 from kit.files import canonical_json, parse_json, plain_files, sha256
 from kit.owned import write_named_file
 from kit.paths import ROOT
 from kit.runfolder import SHIPPED_MANIFEST, UNHASHED
 from kit.schema import problems as schema_problems
-
-
-def check_schemas(root: Path, ledgers: list[dict[str, Any]], recounts: str = "summaries"
-                  ) -> list[str]:
-    """Problems with the evidence records and protocol copies the ledgers point at, and
-    with the SciML MR cards (every violation of every file, empty when all validate);
-    ``recounts``: a drift folder's stored bootstrap summaries against their recount
-    (``summaries``), their localisation fields too (``deep``), or neither (``none``: no
-    claim reads them, so ``verify --claim`` leaves them to the full run)."""
-    problems = []
-    for ledger in ledgers:
-        for substrate in ledger["substrates"].values():
-            problems += collect(_record_problems, root / substrate["evidence"],
-                                ledger["study"], recounts)
-    from kit.sciml.cards import CARDS
-
-    for card in sorted(CARDS.glob("*.yaml")):
-        problems += collect(_card_problems, card)
-    return problems + tables.problems(root, ledgers)
-
-
-def _card_problems(path: Path) -> list[str]:
-    from kit.sciml.cards import load_card
-
-    load_card(path)  # raises KitError naming the card and the field
-    return []
-
-
-def _protocol_problems(path: Path) -> list[str]:
-    load_protocol(path)  # raises KitError naming the file and the field
-    return []
-
-
-def _record_problems(folder: Path, study: str, recounts: str = "summaries") -> list[str]:
-    """One evidence folder: its record against its schema, and a drift folder's protocol
-    copy and its stored bootstrap summaries against their recount (``kit.drift.recount``;
-    absent records are not run here, not problems)."""
-    if study == "sciml":
-        verdicts = folder / "ledger.json"
-        return schema_problems(read_shipped(verdicts), "verdict_ledger.schema.json",
-                               verdicts) if verdicts.is_file() else []
-    record = folder / "score" / "score.json"
-    if not record.is_file():
-        return []
-    problems = collect(lambda: schema_problems(read_shipped(record), "score_record.schema.json",
-                                               record))
-    problems += collect(_protocol_problems, folder / "score" / "protocol.yaml")
-    if problems or recounts == "none":
-        return problems
-    from kit.claims.ledger import _evidence
-    from kit.drift import recount
-    from kit.drift.shipped import Evidence
-
-    # the stored bootstrap summaries
-    return recount.check(_evidence(folder, Evidence), recounts == "deep")
 
 
 def check_trajectories(root: Path) -> list[str]:
@@ -268,9 +211,10 @@ LEFT_TO_FULL = ("left to a run without --claim: the recount of the stored bootst
                 "(no claim reads them) and the papers' own arithmetic of the rows not named")
 
 
-LEFT_TO_DEEP = ("the localisation fields of the drift study's stored bootstrap summaries are "
-                "recounted only with --deep (the layer sketches' bootstrap, about 20-30 s on "
-                "2 cores)")
+LEFT_TO_DEEP = ("the localisation fields of the drift study's stored bootstrap summaries and "
+                "the detector study's per-image Polygraphy verdicts are recounted only with "
+                "--deep (the layer sketches' bootstrap, about 20-30 s on 2 cores, and "
+                "Polygraphy again on every host's logits, about 25 s)")
 
 
 def selection_lines(select: Selection | None, shown: int, checked: int, deep: bool

@@ -30,6 +30,7 @@ from kit.corpus import rule
 from kit.corpus.case import LEVELS, Case, reference_outputs
 from kit.corpus.cases import CASES, by_id
 from kit.corpus.crashes import CRASHES, decide_crash, finite_scale
+from kit.corpus.recount import polygraphy_verdict, summary
 from kit.errors import ConfigError
 from kit.files import canonical_json, load_npz, read_yaml, sha256, write_atomic, write_npz
 from kit.paths import ROOT
@@ -146,37 +147,7 @@ def measure_case(root: Path, case: Case, releases: list[str],
     loaded = [r for r in releases if deviations[r][case.level] is not None]
     return {**entry, "deviations": deviations, "errors": failures, "decision": decision,
             "range": rule.range_mismatch(entry, decision, loaded),
-            "polygraphy": polygraphy_verdict(folder, case, releases)}
-
-
-def polygraphy_verdict(folder: Path, case: Case, releases: list[str]
-                       ) -> dict[str, Any] | None:
-    """Polygraphy's default comparison of the first affected release against the first
-    fixed release run, at the case's level (``mismatch``: it reports one), or None when
-    either has no output."""
-    from kit.drift.polygraphy_check import polygraphy_fails
-
-    fixed = [r for r in case.fixed if r in releases]
-    affected = [r for r in case.affected if r in releases]
-    if not fixed or not affected:
-        return None
-    paths = [folder / "outputs" / r / f"{case.level}.npz" for r in (fixed[0], affected[0])]
-    if not all(p.is_file() for p in paths):
-        return None
-    right, wrong = (load_npz(p) for p in paths)
-    fails = any(bool(polygraphy_fails(right[name][None], wrong[name][None], name).any())
-                for name in sorted(right))
-    return {"fixed": fixed[0], "affected": affected[0], "mismatch": fails}
-
-
-def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    from kit.stats import wilson
-
-    reproduced = sum(1 for r in rows if r["decision"]["reproduced"])
-    low, high = wilson(reproduced, len(rows)) if rows else (None, None)
-    return {"listed": len(rows), "reproduced": reproduced,
-            "rate": reproduced / len(rows) if rows else None, "wilson95": [low, high],
-            "paper": {"reproduced": rule.PAPER_REPRODUCED, "listed": rule.PAPER_LISTED}}
+            "polygraphy": polygraphy_verdict(folder, entry, releases)}
 
 
 def run_corpus(run_dir: Path, *, protocol_file: Path = PROTOCOL,

@@ -3,8 +3,9 @@ evidence folder (a run's, or the shipped ``claims/corpus/evidence/kit``): the pe
 entries of ``corpus/cases.json`` for what each case declares, and the raw outputs
 (``cases/<id>/reference.npz``, ``cases/<id>/outputs/<release>/<level>.npz``) from which every
 deviation and decision is recomputed with the protocol's rule (``kit.corpus.rule``), never
-read from the recorded ones. Polygraphy's verdicts (K5) are the run's records: Polygraphy
-is not in the verify environment.
+read from the recorded ones. Polygraphy's verdicts (K5) are Polygraphy's own, run again on
+the shipped outputs (``kit.corpus.recount.polygraphy_verdict``; Polygraphy is locked in the
+verify environment).
 
 The hypotheses K1-K5 take ``rule_version``: the ledger decides them under the deviation
 rule as first committed (``rule.FROZEN``, before any corpus evidence) and shows the revised
@@ -78,6 +79,16 @@ class CorpusEvidence:
         from kit.corpus.recompute_detectors import measured
 
         return measured(self.root)
+
+    @cached_property
+    def polygraphy(self) -> dict[str, dict[str, Any] | None]:
+        """Per case id: Polygraphy's verdict run again on the shipped outputs of its first
+        affected and first fixed release (``kit.corpus.recount.polygraphy_verdict``)."""
+        from kit.corpus.recount import polygraphy_verdict
+
+        return {case["id"]: polygraphy_verdict(self.root / "cases" / case["id"], case,
+                                               self.record["releases"])
+                for case in self.record["cases"]}
 
     @cached_property
     def crashes(self) -> dict[str, dict[str, Any]]:
@@ -162,10 +173,10 @@ def k4_kernel_defects(ev: CorpusEvidence, rule_version: int = rule.FROZEN) -> bo
 
 
 def k5_polygraphy_flags_all(ev: CorpusEvidence, rule_version: int = rule.FROZEN) -> bool:
-    """K5: Polygraphy's recorded check reports a mismatch on every reproduced case."""
-    recorded = {c["id"]: c.get("polygraphy") for c in ev.record["cases"]}
-    return all(recorded[i] is not None and recorded[i]["mismatch"]
-               for i in ev.reproduced(rule_version))
+    """K5: Polygraphy's check, run again on the shipped outputs, reports a mismatch on every
+    reproduced case."""
+    found = ev.polygraphy
+    return all(bool((found[i] or {}).get("mismatch")) for i in ev.reproduced(rule_version))
 
 
 def rate(ev: CorpusEvidence, stat: str = "value", rule_version: int = rule.FROZEN) -> Value:

@@ -3,8 +3,9 @@
 ``claims/corpus/evidence/detectors``): ``detectors/hosts.json`` for which hosts exist and
 where their evidence arrays are, and every measure recomputed from those arrays with the
 committed protocols' numbers (``kit.corpus.detector_measures``), never read from the
-recorded ones. Polygraphy's per-image verdicts are the run's records (Polygraphy is not in
-verify's environment). A folder made under another protocol than the committed one is
+recorded ones. Polygraphy's per-image verdicts are the run's records; ``verify --deep``
+runs Polygraphy again on every host's logits and names any that differs
+(``kit.corpus.recount``). A folder made under another protocol than the committed one is
 refused.
 
 Imports nothing of the runtime layer: verify runs these offline.

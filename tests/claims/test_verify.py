@@ -4,7 +4,8 @@ the file; replay comparison locates a changed element. Evidence: the tiny run, s
 Also covers ``kit.__main__``, ``kit.claims.coverage``, ``kit.values``,
 ``kit.drift.evidence``, ``kit.drift.recompute``, ``kit.drift.replay``,
 ``kit.drift.shipped``, ``kit.machine``, ``kit.sciml.recompute``,
-``kit.sciml.recompute_catalogue``, ``kit.claims.ship`` (no test file of their own)."""
+``kit.sciml.recompute_catalogue``, ``kit.claims.ship``, ``kit.claims.records`` (no test file
+of their own)."""
 
 from __future__ import annotations
 
@@ -373,15 +374,26 @@ def _rewrite_a_case_value(root: Path) -> None:
 
 def test_a_value_rewritten_with_every_hash_updated_fails_only_against_the_root(
         shipped: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A value no check reads (the CPU name in the evidence's machine record, which the run
+    manifest leaves out), rewritten with every hash below the root updated: verify passes,
+    and only the published root sees it. A case table rewritten the same way is seen by
+    the recount of the summaries computed from it (score/summary.json) as well."""
     root = fresh(shipped, tmp_path)
     published = roots(root)["combined"]
     assert verify(root, expect_root=published) == 0
-    _rewrite_a_case_value(root)
+    machine = root / "claims/drift/evidence/digits/machine.json"
+    record = json.loads(machine.read_text())
+    record["cpu"] = "Another CPU"
+    machine.write_text(canonical_json(record).decode())
+    write_manifests(root)
     capsys.readouterr()
     assert verify(root) == 0  # every hash below the root agrees with the rewritten value
     assert verify(root, expect_root=published) == 1
     assert f"differs from the expected {published}" in capsys.readouterr().err
     assert verify(root, expect_root="0" * 64) == 1
+    _rewrite_a_case_value(root)
+    assert verify(root) == 1
+    assert "score/summary.json: primary/" in capsys.readouterr().err
 
 
 def test_a_shipped_file_must_be_the_one_its_run_manifest_lists(
@@ -563,7 +575,7 @@ def test_a_symbolic_link_under_claims_is_refused(repository: Path, tmp_path: Pat
         f"{folder}: a symbolic link (to {outside}); claims/ and manifests/ must hold the "
         "files themselves: replace the link with what it points to, or restore it from git")
     assert proc.returncode == 1
-    assert "verify: 617 claim checks" in proc.stdout
+    assert "verify: 631 claim checks" in proc.stdout
     folder.unlink()
     shutil.move(outside, folder)
     (folder / "extra.npz").unlink()
@@ -615,7 +627,7 @@ def test_every_problem_is_listed_and_the_claims_still_decided(repository: Path,
     assert all(": level: 'vibes-" in f for f in found[2:])
     assert len(found) == 4
     assert proc.returncode == 1
-    assert "verify: 617 claim checks, 4 failed checks" in proc.stdout
+    assert "verify: 631 claim checks, 4 failed checks" in proc.stdout
     assert re.search(r"^A-001    digits    .* three ", proc.stdout, re.MULTILINE)
 
 

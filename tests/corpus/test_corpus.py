@@ -11,8 +11,11 @@ kit.corpus.cases.pad_maxpool_fusion, kit.corpus.cases.simplified_layernorm_pow,
 kit.corpus.cases.reduce_noop_empty_axes, kit.corpus.cases.layernorm_large_mean,
 kit.corpus.cases.minmax_nan, kit.corpus.cases.quantizelinear_fp16_truncate,
 kit.corpus.cases.gemm_transpose_identity_perm, kit.corpus.cases.qdq_conv_bias_scale,
-kit.corpus.cases.reduce_empty_set; the shared
-interval helper kit.stats gives the rate's Wilson interval. The crash-only table
+kit.corpus.cases.reduce_empty_set, kit.corpus.cases.simplified_layernorm_fusion_axis,
+kit.corpus.cases.maxpool_ceil_pad_window, kit.corpus.cases.qdq_gemm_alpha_bias,
+kit.corpus.cases.qdq_split_output_params, kit.corpus.cases.qdq_resize_linear,
+kit.corpus.cases.qdq_propagation_const_dq, kit.corpus.cases.matmul_scale_leading_dims; the
+shared interval helper kit.stats gives the rate's Wilson interval. The crash-only table
 (kit.corpus.crashes): one crash case end to end, its rule, its recompute and the shipped
 table."""
 

@@ -1,0 +1,79 @@
+"""The shipped evidence records the ledgers point at, checked by ``python -m kit verify``
+(``kit.claims.verify``): each against its schema, a drift folder's protocol copy, and every
+stored summary or decision against its recount from the per-case evidence (the drift
+study's, ``kit.drift.recount``; the corpus's, ``kit.corpus.recount``); the SciML MR cards
+against theirs. Every problem is collected, none stops the rest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kit.claims import tables
+from kit.claims.coverage import collect, read_shipped
+from kit.drift.protocol import load_protocol
+from kit.schema import problems as schema_problems
+
+
+def check_schemas(root: Path, ledgers: list[dict[str, Any]], recounts: str = "summaries"
+                  ) -> list[str]:
+    """Problems with the evidence records and protocol copies the ledgers point at, and
+    with the SciML MR cards (every violation of every file, empty when all validate);
+    ``recounts``: a drift folder's stored bootstrap summaries against their recount
+    (``summaries``), their localisation fields too (``deep``), or neither (``none``: no
+    claim reads them, so ``verify --claim`` leaves them to the full run)."""
+    problems = []
+    for ledger in ledgers:
+        for substrate in ledger["substrates"].values():
+            problems += collect(_record_problems, root / substrate["evidence"],
+                                ledger["study"], recounts)
+    from kit.sciml.cards import CARDS
+
+    for card in sorted(CARDS.glob("*.yaml")):
+        problems += collect(_card_problems, card)
+    return problems + tables.problems(root, ledgers)
+
+
+def _card_problems(path: Path) -> list[str]:
+    from kit.sciml.cards import load_card
+
+    load_card(path)  # raises KitError naming the card and the field
+    return []
+
+
+def _protocol_problems(path: Path) -> list[str]:
+    load_protocol(path)  # raises KitError naming the file and the field
+    return []
+
+
+def _record_problems(folder: Path, study: str, recounts: str = "summaries") -> list[str]:
+    """One evidence folder: its record against its schema, a drift folder's protocol copy
+    and its stored summaries against their recount (``kit.drift.recount``), and a corpus
+    folder's records against theirs (``kit.corpus.recount``); absent records are not run
+    here, not problems."""
+    if study == "sciml":
+        verdicts = folder / "ledger.json"
+        return schema_problems(read_shipped(verdicts), "verdict_ledger.schema.json",
+                               verdicts) if verdicts.is_file() else []
+    if study == "corpus":
+        if recounts == "none":
+            return []
+        from kit.claims.ledger import _evidence
+        from kit.corpus import recount as corpus_recount
+        from kit.corpus.recompute import CorpusEvidence
+
+        return corpus_recount.problems(_evidence(folder, CorpusEvidence), recounts == "deep")
+    record = folder / "score" / "score.json"
+    if not record.is_file():
+        return []
+    problems = collect(lambda: schema_problems(read_shipped(record), "score_record.schema.json",
+                                               record))
+    problems += collect(_protocol_problems, folder / "score" / "protocol.yaml")
+    if problems or recounts == "none":
+        return problems
+    from kit.claims.ledger import _evidence
+    from kit.drift import recount
+    from kit.drift.shipped import Evidence
+
+    # the stored bootstrap summaries
+    return recount.check(_evidence(folder, Evidence), recounts == "deep")
