@@ -192,3 +192,50 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Path]:
     protocol = tiny_protocol(tmp)
     root = reproduce(run_dir=tmp / "run", protocol_file=protocol, backend="venv")
     return Run(root), protocol
+
+
+def verify_edited_json(tmp_path: Path, folder: str, name: str,
+                       edit: Callable[[object], None]) -> tuple[int, list[str]]:
+    """verify on a copy of the checkout whose evidence file ``folder/name`` (a JSON record)
+    was edited by ``edit`` and re-hashed everywhere below the root (its run manifest and the
+    sha256 manifests), so only a recount can see the edit: the exit status and the
+    problems."""
+    import json
+    import shutil
+
+    from kit.claims.coverage import write_manifests
+    from kit.claims.verify import verify
+    from kit.files import canonical_json, sha256
+    from kit.paths import ROOT
+
+    root = tmp_path / "repo"
+    for top in ("claims", "manifests", "locks"):
+        shutil.copytree(ROOT / top, root / top)
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    path = root / folder / name
+    record = json.loads(path.read_text())
+    edit(record)
+    path.write_bytes(canonical_json(record))
+    score = root / folder / "score" / "score.json"  # a drift record lists its files' sha256
+    if score.is_file() and name != "score/score.json":
+        listed = json.loads(score.read_text())
+        for entry in [*listed["tables"].values(),
+                      *(listed[k] for k in ("layers", "clean_logits", "summary"))]:
+            if entry["path"] == name:
+                entry["sha256"] = sha256(path)
+        score.write_bytes(canonical_json(listed))
+    manifest = root / folder / "run-manifest.json"
+    listing = json.loads(manifest.read_text())
+    for changed in (name, "score/score.json"):
+        if changed in listing["files"]:
+            listing["files"][changed] = sha256(root / folder / changed)
+    manifest.write_bytes(canonical_json(listing))
+    replay = root / folder / "replay.json"  # names the run manifest it compared
+    if replay.is_file():
+        data = json.loads(replay.read_text())
+        data["first_manifest_sha256"] = sha256(manifest)
+        replay.write_bytes(canonical_json(data))
+    write_manifests(root)
+    out = tmp_path / "out.json"
+    code = verify(root, json_out=out)
+    return code, json.loads(out.read_text())["problems"]

@@ -19,6 +19,7 @@ from kit.corpus import recount
 from kit.corpus.recompute import CorpusEvidence, k5_polygraphy_flags_all
 from kit.files import canonical_json, load_npz, write_npz
 from kit.paths import ROOT
+from tests.conftest import verify_edited_json
 
 EVIDENCE = ROOT / "claims" / "corpus" / "evidence"
 
@@ -127,25 +128,9 @@ def test_a_hosts_polygraphy_verdicts_are_recounted_with_deep(tmp_path: Path) -> 
 
 
 def test_verify_fails_on_a_polygraphy_verdict_edited_and_rehashed(tmp_path: Path) -> None:
-    from kit.claims.coverage import write_manifests
-    from kit.claims.verify import verify
-    from kit.files import sha256
-
-    root = tmp_path / "repo"
-    for name in ("claims", "manifests", "locks"):
-        shutil.copytree(ROOT / name, root / name)
-    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
-    folder = root / "claims" / "corpus" / "evidence" / "kit"
-    path = folder / "corpus" / "cases.json"
-    record = json.loads(path.read_text())
-    _polygraphy(record)
-    path.write_bytes(canonical_json(record))
-    manifest = folder / "run-manifest.json"
-    listing = json.loads(manifest.read_text())
-    listing["files"]["corpus/cases.json"] = sha256(path)
-    manifest.write_bytes(canonical_json(listing))
-    write_manifests(root)
-    out = tmp_path / "out.json"
-    assert verify(root, json_out=out) == 1
-    problems = json.loads(out.read_text())["problems"]
-    assert any(str(path) in p and "polygraphy/mismatch" in p for p in problems), problems
+    code, problems = verify_edited_json(tmp_path, "claims/corpus/evidence/kit",
+                                        "corpus/cases.json", _polygraphy)
+    assert code == 1
+    assert not any("sha256" in p for p in problems), problems
+    assert any("corpus/cases.json" in p and "polygraphy/mismatch" in p for p in problems), \
+        problems

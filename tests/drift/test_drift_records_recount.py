@@ -7,8 +7,6 @@ and verify fails on one re-hashed into a copy of the evidence."""
 from __future__ import annotations
 
 import copy
-import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from kit.drift import recount_records
 from kit.drift.shipped import Evidence
 from kit.paths import ROOT
 from kit.values import contradictions
+from tests.conftest import verify_edited_json
 
 DIGITS = ROOT / "claims" / "drift" / "evidence" / "digits"
 
@@ -127,25 +126,12 @@ def test_contradictions_take_an_infinity_only_as_itself() -> None:
 def test_verify_fails_on_a_summary_field_edited_and_rehashed(tmp_path: Path) -> None:
     """A-124 reads score/summary.json's AUROC: edited there and re-hashed everywhere (run
     manifest and sha256 manifests), only the recount can see it, and verify names it."""
-    from kit.claims.coverage import write_manifests
-    from kit.claims.verify import verify
-    from kit.files import canonical_json, sha256
+    def edit(record: Any) -> None:
+        record["primary"]["mixed"]["auroc"] = 0.5
 
-    root = tmp_path / "repo"
-    for name in ("claims", "manifests", "locks"):
-        shutil.copytree(ROOT / name, root / name)
-    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
-    folder = root / "claims" / "drift" / "evidence" / "digits"
-    path = folder / "score" / "summary.json"
-    record = json.loads(path.read_text())
-    record["primary"]["mixed"]["auroc"] = 0.5
-    path.write_bytes(canonical_json(record))
-    manifest = folder / "run-manifest.json"
-    listing = json.loads(manifest.read_text())
-    listing["files"]["score/summary.json"] = sha256(path)
-    manifest.write_bytes(canonical_json(listing))
-    write_manifests(root)
-    out = tmp_path / "out.json"
-    assert verify(root, json_out=out) == 1
-    problems = json.loads(out.read_text())["problems"]
-    assert any(str(path) in p and "primary/mixed/auroc" in p for p in problems), problems
+    code, problems = verify_edited_json(tmp_path, "claims/drift/evidence/digits",
+                                        "score/summary.json", edit)
+    assert code == 1
+    assert not any("sha256" in p for p in problems), problems
+    assert any("score/summary.json" in p and "primary/mixed/auroc" in p for p in problems), \
+        problems
