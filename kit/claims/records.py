@@ -55,6 +55,8 @@ def _record_problems(folder: Path, study: str, recounts: str = "summaries") -> l
         verdicts = folder / "ledger.json"
         return schema_problems(read_shipped(verdicts), "verdict_ledger.schema.json",
                                verdicts) if verdicts.is_file() else []
+    if study == "realdrift":
+        return _sweep_deep(folder) if recounts == "deep" else []
     if study == "corpus":
         if recounts == "none":
             return []
@@ -77,3 +79,18 @@ def _record_problems(folder: Path, study: str, recounts: str = "summaries") -> l
 
     # the stored bootstrap summaries
     return recount.check(_evidence(folder, Evidence), recounts == "deep")
+
+
+def _sweep_deep(folder: Path) -> list[str]:
+    """``verify --deep`` on the sweep: its drift-cell rows' Polygraphy alarms too
+    (``kit.drift.recompute_realdrift.recount_pair``); a plain run checks the rest of those
+    rows when a claim first reads them."""
+    from kit.drift.recompute_realdrift import recount_pair
+    from kit.drift.shipped import Evidence
+    from kit.files import read_json
+
+    cells, drift = folder / "sweep" / "cells.json", folder.parents[2] / "drift" / "evidence" \
+        / folder.name
+    if not cells.is_file() or not (drift / "score" / "score.json").is_file():
+        return []
+    return [f"{cells}: {p}" for p in recount_pair(read_json(cells), Evidence(drift), deep=True)]

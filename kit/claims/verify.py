@@ -211,10 +211,11 @@ LEFT_TO_FULL = ("left to a run without --claim: the recount of the stored bootst
                 "(no claim reads them) and the papers' own arithmetic of the rows not named")
 
 
-LEFT_TO_DEEP = ("the localisation fields of the drift study's stored bootstrap summaries and "
-                "the detector study's per-image Polygraphy verdicts are recounted only with "
-                "--deep (the layer sketches' bootstrap, about 20-30 s on 2 cores, and "
-                "Polygraphy again on every host's logits, about 25 s)")
+LEFT_TO_DEEP = ("the localisation fields of the drift study's stored bootstrap summaries, "
+                "the detector study's per-image Polygraphy verdicts and the sweep's "
+                "Polygraphy alarms on the drift cells are recounted only with --deep (the "
+                "layer sketches' bootstrap, about 20-30 s on 2 cores; Polygraphy again on "
+                "every host's logits, about 25 s, and on the drift cells, about 15 s)")
 
 
 def selection_lines(select: Selection | None, shown: int, checked: int, deep: bool

@@ -78,18 +78,25 @@ def max_abs_difference(a: dict[str, Array], b: dict[str, Array]) -> float:
                      for c in b))
 
 
-def drift_measures(cell: Logits, reference: Logits, source: str) -> dict[str, Any]:
-    """max |d logit|, ||e_o|| quantiles and flips of one cell (held-out rows only)."""
-    diffs = {cond: cell.logits[cond].astype(np.float64) - reference.logits[cond].astype(
-        np.float64) for cond in reference.logits}
+def logit_measures(cell: dict[str, Array], reference: dict[str, Array], source: str
+                   ) -> dict[str, Any]:
+    """max |d logit|, ||e_o|| quantiles and flips of one cell's logits per condition
+    (held-out rows only) against the reference's."""
+    diffs = {cond: cell[cond].astype(np.float64) - reference[cond].astype(np.float64)
+             for cond in reference}
     norms = np.linalg.norm(diffs[source], axis=1)
     return {
         "max_abs_logit": float(max(np.abs(d).max() for d in diffs.values())),
         "norm_quantiles": {str(q): float(np.quantile(norms, q)) for q in QUANTILES},
-        "flips": {cond: int((cell.logits[cond].argmax(1) != reference.logits[cond].argmax(1))
-                            .sum()) for cond in reference.logits},
-        "first_moving_layer": first_moving_layer(cell, reference),
+        "flips": {cond: int((cell[cond].argmax(1) != reference[cond].argmax(1)).sum())
+                  for cond in reference},
     }
+
+
+def drift_measures(cell: Logits, reference: Logits, source: str) -> dict[str, Any]:
+    """``logit_measures`` and the first layer that moved, of one cell (held-out rows)."""
+    return {**logit_measures(cell.logits, reference.logits, source),
+            "first_moving_layer": first_moving_layer(cell, reference)}
 
 
 def scores(cell: Logits, reference: Logits, source: str, rotated: str,

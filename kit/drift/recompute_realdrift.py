@@ -36,11 +36,15 @@ class SweepEvidence(Evidence):
     @cached_property
     def cells(self) -> dict[str, Any]:
         """The sweep's rows, read only when every summary agrees with what it summarises
-        (``recount``; a KitError naming the file and the first field otherwise)."""
+        (``recount``) and the rows the drift evidence shipped beside can give agree with it
+        (``recount_pair``); a KitError naming the file and the first field otherwise."""
         found = self.json("sweep/cells.json")
         if not isinstance(found, dict) or not isinstance(found.get("rows"), list):
             raise KitError(f"{self.root / 'sweep/cells.json'}: no 'rows' list")
         problems = recount(found["rows"])
+        drift = self.root.parents[2] / "drift" / "evidence" / self.root.name
+        if not problems and (drift / "score" / "score.json").is_file():
+            problems = recount_pair(found, Evidence(drift))
         if problems:
             raise RecountError(f"{self.root / 'sweep/cells.json'}: {problems[0]}"
                            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
@@ -92,6 +96,63 @@ def recount(rows: list[dict[str, Any]]) -> list[str]:
                             f"{row['max_abs_logit']!r}")
         if row["max_abs_logit"] == 0.0 and any(row["flips"].values()):
             problems.append(f"rows/{i}/flips {row['flips']} where no logit moved")
+    return problems
+
+
+# The drift study's four clean cells, as the sweep names them (kit.drift.stages.infer).
+DRIFT_CELLS = {("ref", "disable_all"): "ref", ("cand", "enable_all"): "cand",
+               ("ref", "enable_all"): "ref-on", ("cand", "disable_all"): "cand-off"}
+
+
+def recount_pair(record: dict[str, Any], drift: Evidence, deep: bool = False) -> list[str]:
+    """The sweep's rows of the drift study's four clean cells (the reference and candidate
+    releases at both levels, one thread, the folded export every model ships) and the
+    pair's folded thresholds, against the same measures taken on the drift evidence's
+    clean logits of those cells, on the same models and held-out images (H1, H3 and H4
+    read these rows): logit measures, Polygraphy's alarms, each detector's alarms and
+    interval under thresholds calibrated again on the calibration images; with ``deep``,
+    Polygraphy's alarms run again too (about 15 s on 2 cores, so ``verify --deep``)."""
+    from kit.drift.drift_measures import Logits, alarm_rates, calibrate, logit_measures, scores
+    from kit.drift.polygraphy_check import polygraphy_fails
+    from kit.files import read_yaml
+    from kit.paths import ROOT
+    from kit.runtime.runtimes import load_runtimes
+
+    protocol = read_yaml(ROOT / "kit" / "protocols" / "realdrift.yaml")
+    runtimes, dp = load_runtimes(), drift.protocol
+    roles = [row["role"] for row in drift.json("split/split.json")["rows"]]
+    held = [i for i, role in enumerate(roles) if role == "heldout"]
+    cal = [i for i, role in enumerate(roles) if role == "calibration"]
+    source, rotated = record["conditions"]
+    tolerance, boot = dp["detectors"]["mixed_tolerance"], dp["bootstrap"]
+    problems = []
+    for model in sorted({r["model"] for r in record["rows"] if r["export"] == "folded"}):
+        def logits(cell: str, rows: list[int], model: str = model) -> Logits:
+            return Logits({c: drift.clean[f"{cell}/{model}/{c}"][rows]
+                           for c in (source, rotated)}, {})
+        pair = calibrate(scores(logits("cand", cal), logits("ref", cal), source, rotated,
+                                tolerance), dp["calibration"]["quantile"],
+                         boot["nested_replicates"], protocol["seeds"]["alarm_bootstrap"],
+                         len(held))
+        problems += contradictions(record["thresholds"][f"{model}.folded"], pair.thresholds,
+                                   f"thresholds/{model}.folded", "the drift evidence")
+        reference = logits("ref", held)
+        for i, row in enumerate(record["rows"]):
+            name = DRIFT_CELLS.get(next(((k, row["level"]) for k, r in runtimes.items()
+                                         if r.onnxruntime == row["release"]
+                                         and k in ("ref", "cand")), ("", "")))
+            if row["model"] != model or row["export"] != "folded" or row["threads"] != 1 \
+                    or name is None:
+                continue
+            cell = logits(name, held)
+            expected = {**logit_measures(cell.logits, reference.logits, source),
+                        "alarms": alarm_rates(scores(cell, reference, source, rotated,
+                                                     tolerance), pair, boot["interval"])}
+            if deep:  # Polygraphy, one comparison per held-out image: about 1.3 s a row
+                fails = polygraphy_fails(reference.logits[source], cell.logits[source])
+                expected["polygraphy"] = {"alarms": int(fails.sum()), "n": len(fails),
+                                          "rate": float(fails.mean())}
+            problems += contradictions(row, expected, f"rows/{i}", "the drift evidence")
     return problems
 
 

@@ -1,5 +1,7 @@
 """Recount, never read, for the drift studies: the sweep's alarm rates and its quantiles
-and flips against what they summarise (``kit.drift.recompute_realdrift.recount``), and the
+and flips against what they summarise (``kit.drift.recompute_realdrift.recount``), its rows
+of the drift study's four clean cells against the drift evidence's logits of those cells
+(``recount_pair``), and the
 fetch record's layer count against the layer scores (``kit.drift.recompute.conv_layers``);
 each edited alone is named."""
 
@@ -160,3 +162,52 @@ def test_deep_recounts_the_localisation_summaries_and_names_an_edited_field(
     assert bootstrap_problems(ev) == []
     [problem] = bootstrap_problems(ev, deep=True)
     assert problem.startswith(f"{path}: /nested/localisation/direct/top1/mean says ")
+
+
+def _pair_row(rows: list[dict[str, Any]]) -> int:
+    return next(i for i, r in enumerate(rows) if r["release"] == "1.29.0"
+                and r["level"] == "enable_all" and r["threads"] == 1
+                and r["export"] == "folded" and r["model"] == "resnet20")
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    (("max_abs_logit",), 1e-3), (("alarms", "direct", "interval"), [0.0, 0.5]),
+    (("flips", "orig"), 0)])
+def test_each_drift_cell_row_of_the_sweep_edited_alone_is_named(
+        path: tuple[str, ...], value: Any) -> None:
+    """``recount_pair``: the sweep's rows of the drift study's four clean cells against the
+    drift evidence's clean logits of the same cells; the shipped rows agree (every measure
+    and the folded thresholds), an edited one is named."""
+    from kit.drift.recompute_realdrift import recount_pair
+    from kit.drift.shipped import Evidence
+
+    record = json.loads(CELLS.read_text())
+    drift = Evidence(ROOT / "claims/drift/evidence/digits")
+    assert recount_pair(record, drift) == []
+    i = _pair_row(record["rows"])
+    edited = copy.deepcopy(record)
+    here = edited["rows"][i]
+    for key in path[:-1]:
+        here = here[key]
+    if path[-1] == "orig" and here[path[-1]] == value:
+        value = 7
+    here[path[-1]] = value
+    found = recount_pair(edited, drift)
+    assert found, "the edit went unseen"
+    assert found[0].startswith(f"rows/{i}/{'/'.join(path)}"), found
+    edited = copy.deepcopy(record)
+    edited["thresholds"]["resnet20.folded"]["direct"] *= 2
+    assert recount_pair(edited, drift)[0].startswith("thresholds/resnet20.folded/direct")
+
+
+def test_deep_recounts_the_drift_cells_polygraphy_alarms() -> None:
+    from kit.drift.recompute_realdrift import recount_pair
+    from kit.drift.shipped import Evidence
+
+    record = json.loads(CELLS.read_text())
+    i = _pair_row(record["rows"])
+    record["rows"][i]["polygraphy"] = {"alarms": 3, "n": 300, "rate": 0.01}
+    drift = Evidence(ROOT / "claims/drift/evidence/digits")
+    assert recount_pair(record, drift) == []  # a plain verify leaves them to --deep
+    assert [p.split(" says")[0] for p in recount_pair(record, drift, deep=True)] == [
+        f"rows/{i}/polygraphy/alarms", f"rows/{i}/polygraphy/rate"]
