@@ -19,9 +19,10 @@ def check_schemas(root: Path, ledgers: list[dict[str, Any]], recounts: str = "su
                   ) -> list[str]:
     """Problems with the evidence records and protocol copies the ledgers point at, and
     with the SciML MR cards (every violation of every file, empty when all validate);
-    ``recounts``: a drift folder's stored bootstrap summaries against their recount
-    (``summaries``), their localisation fields too (``deep``), or neither (``none``: no
-    claim reads them, so ``verify --claim`` leaves them to the full run)."""
+    ``recounts``: the stored summaries and decisions against their recount
+    (``summaries``), with the drift localisation fields and the Polygraphy verdicts run
+    again too (``deep``), or neither (``none``: ``verify --claim`` leaves them to the full
+    run)."""
     problems = []
     for ledger in ledgers:
         for substrate in ledger["substrates"].values():
@@ -48,9 +49,10 @@ def _protocol_problems(path: Path) -> list[str]:
 
 def _record_problems(folder: Path, study: str, recounts: str = "summaries") -> list[str]:
     """One evidence folder: its record against its schema, a drift folder's protocol copy
-    and its stored summaries against their recount (``kit.drift.recount``), and a corpus
-    folder's records against theirs (``kit.corpus.recount``); absent records are not run
-    here, not problems."""
+    and its stored summaries against their recount (``kit.drift.recount``), a corpus
+    folder's records against theirs (``kit.corpus.recount``) and, with ``deep``, the
+    sweep's drift-cell rows' Polygraphy alarms; absent records are not run here, not
+    problems."""
     if study == "sciml":
         verdicts = folder / "ledger.json"
         return schema_problems(read_shipped(verdicts), "verdict_ledger.schema.json",

@@ -35,10 +35,10 @@ KEPT = 50  # the differing files replay.json lists (kit.drift.replay.compare_run
 
 def problems(ev: Evidence) -> list[str]:
     """Every stored field of the records above that its recount contradicts."""
-    from kit.drift.ties import _score_summary
+    from kit.drift.ties import score_summary_of
 
     found = []
-    for name, recount in (("score/summary.json", _score_summary),
+    for name, recount in (("score/summary.json", score_summary_of),
                           ("sensitivity/summary.json", lambda e: e.sensitivity),
                           ("split/split.json", split), ("score/score.json", labels),
                           ("fault/fault.json", faults), ("replay.json", replay)):

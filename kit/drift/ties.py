@@ -151,7 +151,9 @@ def judge_table(fresh: Path, shipped: Path, name: str, bounds: list[Bound],
                            "largest_rank_move": int(moves.max()), "ranks_judged_by": judged})
 
 
-def _score_summary(ev: Evidence) -> Any:
+def score_summary_of(ev: Evidence) -> Any:
+    """The score stage's summary recomputed from one evidence folder's shipped tables,
+    layer sketches and clean logits (a replay's side, and verify's recount)."""
     from kit.drift.analysis import score_summary
 
     tables = {n: ev.table(d["cell"], d["condition"]) for n, d in ev.record["tables"].items()}
@@ -168,7 +170,7 @@ def _bootstrap_summary(ev: Evidence) -> Any:
 
 # The summaries computed from the evidence tables alone, each with its computation.
 DERIVED: dict[str, Callable[[Evidence], Any]] = {
-    "score/summary.json": _score_summary,
+    "score/summary.json": score_summary_of,
     "sensitivity/summary.json": lambda ev: ev.sensitivity,
     "bootstrap/summary.json": _bootstrap_summary,
 }

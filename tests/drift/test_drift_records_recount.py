@@ -57,7 +57,7 @@ def test_every_leaf_of_a_summary_has_its_recount(ev: _Edited, name: str) -> None
     """The recount gives every field the stored summary holds, so no field is read on
     trust (an edit of any leaf is a contradiction, as the next tests show for some)."""
     ev.edits = {}
-    recount = {"score/summary.json": "_score_summary"}.get(name)
+    recount = {"score/summary.json": "score_summary_of"}.get(name)
     if recount:
         from kit.drift import ties
         expected = getattr(ties, recount)(ev)
