@@ -9,8 +9,8 @@ Evidence arrays (float32 logits as the worker wrote them, rows split by role)::
     control/<release>/<cond>      the host model without the case's node, every image, at
                                   enable_all; release: affected, fixed
     polygraphy/<cell>             per held-out image, Polygraphy's default check failed
-                                  (clean, positive; recorded: Polygraphy is not in verify's
-                                  environment)
+                                  (clean, positive; recorded by the run, run again by
+                                  verify --deep)
     layers/<cell>/<kind>          raw localisation scores (kit/drift/localise.py), float32:
                                   clean on the calibration images, positive on the held-out
     labels                        the held-out images' labels

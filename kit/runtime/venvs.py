@@ -10,7 +10,7 @@ the lock's sha256; otherwise it is rebuilt from scratch.
                                         build (or confirm) one environment
 
 ``verify`` holds only what ``python -m kit verify`` imports (numpy, scipy, scikit-learn,
-pyyaml, jsonschema, at tools.lock's versions) and the kit (editable): no torch, so a
+pyyaml, jsonschema, Polygraphy, at tools.lock's versions) and the kit (editable): no torch, so a
 reviewer checks every claim without the tools environment's gigabytes.
 
 ``physicsnemo`` (``.kit/venvs/physicsnemo``, from ``locks/physicsnemo.lock``) runs NVIDIA
