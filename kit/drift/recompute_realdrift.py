@@ -44,7 +44,11 @@ class SweepEvidence(Evidence):
         problems = recount(found["rows"])
         drift = self.root.parents[2] / "drift" / "evidence" / self.root.name
         if not problems and (drift / "score" / "score.json").is_file():
-            problems = recount_pair(found, Evidence(drift))
+            try:
+                problems = recount_pair(found, Evidence(drift))
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                problems = [f"its drift-cell rows cannot be recounted against {drift} "
+                            f"({type(exc).__name__}: {exc})"]
         if problems:
             raise RecountError(f"{self.root / 'sweep/cells.json'}: {problems[0]}"
                            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))

@@ -397,6 +397,6 @@ def test_claims_failing_on_one_unreadable_file_are_named_together(tmp_path: Path
 def test_a_hypothesis_row_shows_the_quantities_it_was_decided_on() -> None:
     ledger = load_ledger(ROOT / "claims" / "corpus.yaml")
     found = {o.claim: o for o in evaluate(ledger, ROOT)}
-    assert "decided on corpus.rate(stat=reproduced, rule_version=1) = 14, " \
-        "corpus.rate(stat=listed, rule_version=1) = 15" in found["C-001"].rule
+    assert "decided on corpus.rate(stat=reproduced, rule_version=1) = 21, " \
+        "corpus.rate(stat=listed, rule_version=1) = 22" in found["C-001"].rule
     assert "corpus.pooled_rate(detector=metamorphic, rate=tpr) = " in found["C-029"].rule

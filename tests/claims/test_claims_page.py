@@ -209,7 +209,7 @@ def test_chromium_loads_the_shipped_claims_page_at_two_widths(tmp_path: Path) ->
     assert len(hrefs) > 400
     assert all((page.parent / h).resolve().is_file() for h in hrefs)
     checks = text.count(' class="claim" ')
-    assert checks == 617
+    assert checks == 631
     for width in (1024, 1400):
         dom = _headless(chromium, tmp_path / f"home-{width}", f"--window-size={width},900",
                         "--dump-dom", page.as_uri()).stdout

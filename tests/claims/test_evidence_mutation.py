@@ -25,6 +25,7 @@ from kit.claims.verify import verify
 from kit.drift.analysis import CLEAN, HELDOUT
 from kit.drift.recount import SUMMARY, recounted
 from kit.drift.shipped import Evidence
+from kit.drift.ties import score_summary_of
 from kit.files import canonical_json, load_npz, sha256, write_npz
 from kit.paths import ROOT
 
@@ -89,11 +90,17 @@ def _edit_primary_table(root: Path, edit: Callable[[dict[str, np.ndarray]], None
     edit(table)
     write_npz(path, table)
     rehash(root, folder)
-    # a consistent forgery: the stored bootstrap summaries follow the edited table
+    # a consistent forgery: the stored bootstrap, score and rotation-grid summaries follow
+    # the edited table (verify recounts them all)
     summary = json.loads((folder / SUMMARY).read_text())
     for which, fields in recounted(Evidence(folder)).items():
         summary[which].update(json.loads(canonical_json(fields)))
     _write_json(folder / SUMMARY, summary)
+    forged = Evidence(folder)
+    _write_json(folder / "score/summary.json",
+                json.loads(canonical_json(score_summary_of(forged))))
+    _write_json(folder / "sensitivity/summary.json",
+                json.loads(canonical_json(forged.sensitivity)))
     rehash(root, folder)
     _follow_fault_matrix(root)
 
@@ -173,6 +180,7 @@ def test_a_changed_design_count_differs(copy: Path, tmp_path: Path) -> None:
     folder = copy / DRIFT
     record = json.loads((folder / "fault/fault.json").read_text())
     record["faults"] = record["faults"][:-1]
+    record["count"] = len(record["faults"])  # a consistent forgery: verify recounts it
     _write_json(folder / "fault/fault.json", record)
     rehash(copy, folder)
     _follow_fault_matrix(copy)
