@@ -87,12 +87,11 @@ def _sweep_deep(folder: Path) -> list[str]:
     """``verify --deep`` on the sweep: its drift-cell rows' Polygraphy alarms too
     (``kit.drift.recompute_realdrift.recount_pair``); a plain run checks the rest of those
     rows when a claim first reads them."""
-    from kit.drift.recompute_realdrift import recount_pair
+    from kit.drift.recompute_realdrift import drift_beside, recount_pair
     from kit.drift.shipped import Evidence
     from kit.files import read_json
 
-    cells, drift = folder / "sweep" / "cells.json", folder.parents[2] / "drift" / "evidence" \
-        / folder.name
+    cells, drift = folder / "sweep" / "cells.json", drift_beside(folder)
     if not cells.is_file() or not (drift / "score" / "score.json").is_file():
         return []
     return [f"{cells}: {p}" for p in recount_pair(read_json(cells), Evidence(drift), deep=True)]

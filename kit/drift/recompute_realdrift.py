@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cached_property
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 from kit.drift import analysis
@@ -24,6 +25,12 @@ from kit.values import Value, contradictions
 FAULT_MATRIX = "sweep/polygraphy/fault-matrix.json"
 REFERENCE = "1.20.1"
 BN_CHANGE = "1.29.0"
+
+
+def drift_beside(root: Path) -> Path:
+    """The drift evidence shipped beside a sweep evidence folder (``claims/realdrift/
+    evidence/<substrate>`` -> ``claims/drift/evidence/<substrate>``)."""
+    return root.parents[2] / "drift" / "evidence" / root.name
 
 
 def release_key(release: str) -> tuple[int, ...]:
@@ -42,7 +49,7 @@ class SweepEvidence(Evidence):
         if not isinstance(found, dict) or not isinstance(found.get("rows"), list):
             raise KitError(f"{self.root / 'sweep/cells.json'}: no 'rows' list")
         problems = recount(found["rows"])
-        drift = self.root.parents[2] / "drift" / "evidence" / self.root.name
+        drift = drift_beside(self.root)
         if not problems and (drift / "score" / "score.json").is_file():
             try:
                 problems = recount_pair(found, Evidence(drift))
@@ -61,7 +68,7 @@ class SweepEvidence(Evidence):
         (``recount_fault_matrix``; a RecountError naming the file and field otherwise)."""
         path = self.root / FAULT_MATRIX
         found = self.json(FAULT_MATRIX)
-        drift = self.root.parents[2] / "drift" / "evidence" / self.root.name
+        drift = drift_beside(self.root)
         if not (drift / "score" / "score.json").is_file():
             raise KitError(f"{path}: the drift evidence it was computed from ({drift}) is "
                            "missing; ship the drift run beside the sweep")
