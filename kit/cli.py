@@ -294,6 +294,10 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bisect", action="store_true",
                         help="when the move is beyond clean drift, find the first release "
                              "between FROM and TO that moves (about log2 of them in audits)")
+    parser.add_argument("--envelope", action="store_true",
+                        help="run the clean pairs even when the two sides agree bit for bit "
+                             "(by default they run only when some output differs: a zero "
+                             "difference is within every envelope)")
     parser.add_argument("--dial", action="store_true",
                         help="also how large a change the audit and Polygraphy's default each "
                              "see on this model: FROM's outputs moved by known sizes, judged "

@@ -1,8 +1,9 @@
 """``python -m kit audit`` (kit.audit.command, kit.audit.model, kit.audit.calibrate,
-kit.audit.screen, kit.audit.oracle, kit.audit.bisect, and its benchmark kit.audit.bench):
-end to end on the two releases the default tests build, with a small conv net (within
-clean drift) and with the corpus's Pad-into-AveragePool case (beyond it, localised, named
-by the screen); the screen on every corpus case; the refusals before anything runs; the
+kit.audit.screen, kit.audit.oracle, kit.audit.bisect, kit.audit.report, and its benchmark
+kit.audit.bench): end to end on the two releases the default tests build, with a small conv
+net (within clean drift), a graph both releases compute bit for bit (no envelope needed)
+and with the corpus's Pad-into-AveragePool case (beyond it, localised, named by the
+screen); the screen on every corpus case; the refusals before anything runs; the
 calibration's arithmetic."""
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def test_a_small_conv_net_moves_within_clean_drift(convnet_onnx: Path, tmp_path:
     np.savez(inputs, **{onnx.load(str(convnet_onnx)).graph.input[0].name: x})
     out = tmp_path / "report"
     proc = audit(str(convnet_onnx), "--inputs", str(inputs), "--from", f"{PAIR[0]}/disable_all",
-                 "--to", PAIR[1], "--out", str(out), "--workers", "1")
+                 "--to", PAIR[1], "--out", str(out), "--workers", "1",
+                 "--envelope")  # the clean pairs even where this CPU gives identical bits
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((out / "audit.json").read_text())
     assert record["verdict"] == "within clean drift"
@@ -66,6 +68,58 @@ def test_a_small_conv_net_moves_within_clean_drift(convnet_onnx: Path, tmp_path:
     timed = bench_audit(out)  # the audit's time against the two runtimes' own inference
     assert timed["floor_s"] > 0
     assert timed["ratio"] == round(record["wall_s"] / timed["floor_s"], 1)
+
+
+def test_a_pair_that_agrees_bit_for_bit_needs_no_envelope_unless_asked(tmp_path: Path) -> None:
+    """Protocol version 6: the audited pair runs first; where every output agrees in every
+    bit the clean pairs are not run (a zero difference is within every envelope), and
+    ``--envelope`` runs them all the same, to the same verdict."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "c"], ["s"], name="add"),
+         helper.make_node("Relu", ["s"], ["y"], name="relu")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor("c", TensorProto.FLOAT, [4], [0.5, -1.0, 2.0, 0.0])])
+    model = tmp_path / "add.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+              str(model))
+    inputs = tmp_path / "x.npz"
+    np.savez(inputs, x=np.random.default_rng(1).standard_normal((8, 4)).astype(np.float32))
+    records = {}
+    for extra in ([], ["--envelope"]):
+        out = tmp_path / f"report{len(extra)}"
+        proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
+                     "--out", str(out), "--workers", "1", *extra)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        records[len(extra)] = record = json.loads((out / "audit.json").read_text())
+        assert record["verdict"] == "within clean drift"
+        assert record["outputs"]["y"]["identical_share"] == 1.0
+        kept = list((out / "work" / "outputs").rglob("*.npz"))
+        assert len(kept) == len(record["cells"])
+    quick, whole = records[0], records[1]
+    assert quick["envelope"] == "not run: bit-identical"
+    assert quick["cells"] == [f"{PAIR[0]}/enable_all/t1", f"{PAIR[1]}/enable_all/t1"]
+    assert quick["clean_pairs"] == []
+    assert quick["outputs"]["y"]["tau"] is None
+    assert "bit-identical on every input" in quick["why"]
+    assert whole["envelope"] == "run"
+    assert len(whole["cells"]) == 10
+    assert len(whole["clean_pairs"]) == 8
+    assert whole["outputs"]["y"]["tau"] == PROTOCOL["alarm"]["floor"]
+
+
+def test_same_bits_tells_a_signed_zero_and_a_dtype() -> None:
+    from kit.audit.command import same_bits
+
+    a = np.array([0.0, 1.0, np.nan], np.float32)
+    assert same_bits(a, a.copy())
+    assert not same_bits(a, np.array([-0.0, 1.0, np.nan], np.float32))
+    assert not same_bits(a, a.astype(np.float64))
+    assert not same_bits(a, a.reshape(1, 3))
+    assert same_bits(np.array(["a", "b"]), np.array(["a", "b"]))
+    assert not same_bits(np.array(["a", "b"]), np.array(["a", "c"]))
 
 
 def test_a_known_defect_is_beyond_clean_drift_localised_and_named(tmp_path: Path) -> None:

@@ -65,6 +65,9 @@ def test_one_side_by_side_row(tmp_path: Path) -> None:
     assert abs(row["ratio"] - medians) <= 0.02 * medians
     assert row["met"] == (row["ratio"] <= 3.0)
     assert row["floor_s"] > 0
+    # whether the clean pairs ran (test_audit.py checks each way), and the forced route
+    assert row["envelope"] in ("run", "not run: bit-identical")
+    assert row["envelope_s"]["median"] > 0
     json.dumps(row)
 
 

@@ -4,9 +4,9 @@ The floor is the two runtimes' own inference time on the same inputs: the plain 
 under the audit's ``from`` cell and under its ``to`` cell, each in one in-process
 onnxruntime loop of that release's environment (``kit/runtime/floor.py``: sessions built
 once, no validation, no files). The audit does more than that on purpose (the clean pairs'
-eight more cells, each in the kit's worker, and the instrumented copy under every cell when
-the verdict is beyond clean drift), so the ratio says what the calibration and the
-localisation cost over the bare comparison.
+eight more cells, each in the kit's worker, when some output of the two sides differs in a
+bit, and the instrumented copy under every cell when the verdict is beyond clean drift),
+so the ratio says what the calibration and the localisation cost over the bare comparison.
 """
 
 from __future__ import annotations

@@ -43,9 +43,10 @@ from kit.audit.model import (
     probe,
 )
 from kit.audit.oracle import judge_sides
+from kit.audit.report import write_report
 from kit.audit.screen import screen
 from kit.errors import KitError
-from kit.files import canonical_json, load_npz, write_atomic, write_npz
+from kit.files import load_npz, write_atomic, write_npz
 from kit.owned import publish, staged
 from kit.paths import ROOT
 from kit.runfolder import say
@@ -146,9 +147,7 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     external = external_files(args.model)
     carry_external(external, work)
     feeds = write_inputs(work, arrays, fixed_batch(model))
-    partners = {side: clean_partners(cell, protocol) for side, cell in sides.items()}
-    cells = list(dict.fromkeys([*sides.values(), *(c for p in partners.values() for c in p)]))
-    outputs, whole = run_cells(cells, work, feeds, args, "plain")
+    outputs, whole, partners, cells = run_plain(sides, protocol, work, feeds, args)
     n = len(next(iter(arrays.values())))
     n_cal = -(-n * protocol["inputs"]["calibration_share"] // 1)
     n_cal = int(min(max(n_cal, 1), n - 1))
@@ -164,6 +163,8 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
 
     plain = judge("plain")
     found, why = verdict(plain, rate)
+    if not any(partners.values()):
+        found, why = "within clean drift", IDENTICAL
     dialled = None
     if getattr(args, "dial", False):  # the sensitivity on this model, beside Polygraphy's
         from kit.audit.dial import dial
@@ -172,7 +173,8 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             [(outputs[(side, "plain")][name], outputs[(p, "plain")][name])
              for key, side in sides.items() for p in partners[key]],
             outputs[(sides["from"], "plain")][name], n_cal, alarm, name)]
-    rows = {name: {**c.as_dict(), **describe(outputs[(sides["from"], "plain")][name],
+    rows = {name: {**c.as_dict(), **({} if any(partners.values()) else {"tau": None}),
+                   **describe(outputs[(sides["from"], "plain")][name],
                                              outputs[(sides["to"], "plain")][name], name)}
             for name, c in plain.items()}
     moving, exposed, moving_why = None, None, None
@@ -196,8 +198,45 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             "clean_pairs": pairs, "compared_whole": whole,
             "external_data": sorted(external), "cells": [c.name for c in cells],
             "exposed": None if exposed is None else len(exposed), "oracle": oracle,
+            "envelope": "run" if any(partners.values()) else "not run: bit-identical",
             "first_moving": moving, **({} if moving_why is None else {"unlocalised": moving_why}),
             **({} if dialled is None else {"dial": dialled})}
+
+
+IDENTICAL = ("the two sides' outputs are bit-identical on every input: a zero difference is "
+             "within every envelope, so the clean pairs were not run (--envelope runs them)")
+
+
+def run_plain(sides: dict[str, Cell], protocol: dict[str, Any], work: Path,
+              feeds: list[tuple[str, int]], args: argparse.Namespace
+              ) -> tuple[dict[tuple[Cell, str], dict[str, Any]], dict[str, str],
+                         dict[str, list[Cell]], list[Cell]]:
+    """The plain graph's outputs: the audited pair first, then the clean pairs' cells only
+    when some output of the pair differs in a bit, or ``--envelope`` or ``--dial`` asks
+    (``clean_pairs.when`` of the protocol). Also the tensors compared whole, each side's
+    partners (none when they were not run) and every cell run."""
+    pair = list(dict.fromkeys(sides.values()))
+    partners = {side: clean_partners(cell, protocol) for side, cell in sides.items()}
+    rest = list(dict.fromkeys(c for p in partners.values() for c in p if c not in pair))
+    if getattr(args, "envelope", False) or getattr(args, "dial", False):  # all at once
+        return (*run_cells(pair + rest, work, feeds, args, "plain"), partners, pair + rest)
+    outputs, whole = run_cells(pair, work, feeds, args, "plain")
+    a, b = (outputs[(sides[key], "plain")] for key in ("from", "to"))
+    if a.keys() == b.keys() and all(same_bits(a[name], b[name]) for name in a):
+        return outputs, whole, {key: [] for key in sides}, pair
+    more, more_whole = run_cells(rest, work, feeds, args, "plain")
+    outputs.update(more)
+    whole.update(more_whole)
+    return outputs, whole, partners, pair + rest
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """One shape, one dtype and the same bytes (a -0.0 against a 0.0 differs, as do two
+    NaNs of other payloads); strings by value."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return a.tobytes() == b.tobytes() if a.dtype.kind != "O" else bool(np.array_equal(a, b))
 
 
 def localise(probed: dict[str, Any], exposed: list[dict[str, str]], names: list[str],
@@ -301,82 +340,6 @@ def stacked(parts: list[Any], sizes: list[int], name: str, whole: dict[str, str]
         return np.concatenate(parts)
     whole.setdefault(name, " + ".join(f"{p.dtype}{list(p.shape)}" for p in parts))
     return np.concatenate([p.reshape(-1) for p in parts]).reshape(1, 1, -1)
-
-
-def _g(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def _measured(record: dict[str, Any]) -> list[Any]:
-    """The page's sections of a measured audit: the outputs, which side is right and where
-    the model first moves."""
-    from kit.reporting import PageTable
-
-    sections = []
-    pairs = record.get("clean_pairs", [])
-    sections.append(PageTable(
-        "Outputs", ["output", "max abs", "max rel", "bit-identical", "flips", "Polygraphy",
-                    "tau", "audited alarm share", "unstable clean pairs"],
-        [[n, _g(r["max_abs"]), _g(r["max_rel"]), f"{r['identical_share']:.0%}",
-          str(r["flips"]), f"{r['polygraphy_verdict']} ({r['polygraphy_fails']})",
-          f"{r['tau']:.3g}", f"{r['audited_rate']:.0%}",
-          "; ".join(pairs[i] for i in r["unstable"]) or "none"]
-         for n, r in record["outputs"].items()], note=record["why"]))
-    oracle = record.get("oracle") or {}
-    sections.append(PageTable(
-        "Which side is right (onnx.reference)", ["output", "from's error", "to's error",
-                                                 "nearer the reference"],
-        [[n, _g(r["from_error"]), _g(r["to_error"]), r["closer"]]
-         for n, r in oracle.get("outputs", {}).items()],
-        note=(f"the reference implementation on the last {oracle.get('inputs')} inputs, "
-              f"{oracle.get('precision')}") if oracle.get("ran") else
-        oracle.get("why", "not run")))
-    moving = record.get("first_moving")
-    sections.append(PageTable(
-        "Where it first moves", ["node", "op", "inputs", "alarm share",
-                                 "unexposed nodes upstream (the move may start there)"],
-        [[moving["node"], moving["op"], moving["inputs"], f"{moving['audited_rate']:.0%}",
-          moving.get("upstream") or "none"]]
-        if moving else [], note="" if moving else
-        "not run: the outputs stay within clean drift (the instrumented copy runs only "
-        "beyond it)" if record.get("exposed") is None else
-        record.get("unlocalised", "no instrumented node leaves its clean envelope")))
-    return sections
-
-
-def write_report(out: Path, record: dict[str, Any]) -> None:
-    """``audit.json`` and ``index.html`` (each written whole, then renamed into place)."""
-    from kit.reporting import PageTable, html_page
-
-    write_atomic(out / "audit.json", canonical_json(record))
-    sides = {k: f"{v['release']}/{v['level']}" for k, v in record["sides"].items()}
-    sections = _measured(record) if record.get("outputs") else []
-    if record.get("dial"):
-        from kit.audit.dial import dial_table
-
-        sections.append(dial_table(record["dial"]))
-    found = record.get("bisect")
-    if found:
-        moving = found.get("first_moving") or {}
-        sections.append(PageTable(
-            "Which release moved (--bisect)", ["release", "verdict", "why"],
-            [[row["release"], row["verdict"], row["why"]] for row in found["visited"]],
-            note=f"first release beyond clean drift: {found['first_release']} "
-                 f"({found['audits']} audits over {found['releases_between']} releases); "
-                 f"first node there: {moving.get('node', '-')} ({moving.get('op', '-')}); "
-                 "known cases whose status changes there: "
-                 f"{', '.join(found['known_cases_changing_there']) or 'none'}"))
-    sections.append(PageTable(
-        "Known defects (static screen)", ["case", "issue", "nodes", "from", "to", "fixed in",
-                                          "decides"],
-        [[r["case"], str(r["issue"]), str(r["nodes"]), r["from"], r["to"], str(r["fixed_in"]),
-          "yes" if r["decides"] else f"advisory: {r['advisory']}"] for r in record["screen"]]))
-    name = Path(record["model"]).name
-    page = html_page(f"audit {name}", f"{name}: {record['verdict']}",
-                     {"model": record["model"], "inputs": record["inputs"], **sides,
-                      "why": record["why"], "protocol version": record["protocol_version"]},
-                     sections)
-    write_atomic(out / "index.html", page.encode())
 
 
 def check_release_pair(sides: dict[str, Cell]) -> None:

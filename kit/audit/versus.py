@@ -12,9 +12,11 @@ route installs anything the other lacks. The inputs' JSON is written with Polygr
 
 Both routes are timed as whole commands in fresh processes, alternately, after one
 untimed run of each (file cache, bytecode): the audit as ``python -m kit audit MODEL
---inputs X.npz --from FROM --to TO`` (every cell of the clean pairs, both releases at once)
-and the two Polygraphy commands one after the other. The ratio of the medians is the
-measure (target: at most ``TARGET``); the audit's floor ratio (``kit.audit.bench``: its
+--inputs X.npz --from FROM --to TO`` (both releases at once; the clean pairs only when the
+two sides differ in a bit), the two Polygraphy commands one after the other, and the same
+audit with ``--envelope`` (every cell of the clean pairs, whatever the outputs). The
+ratio of the first two medians is the measure (target: at most ``TARGET``); the audit's
+floor ratio (``kit.audit.bench``: its
 wall time over the two runtimes' own inference) is printed beside it.
 """
 
@@ -91,26 +93,31 @@ def side_by_side(name: str, folder: Path, runs: int, pair: tuple[str, str] = PAI
     env = {**os.environ, "PYTHONPATH": str(polygraphy_path(Path(tempfile.mkdtemp(
         prefix="polygraphy-", dir=folder))))}
     by_hand = polygraphy_commands(model, inputs_json, folder / f"{name}-outputs.json", pythons)
-    times: dict[str, list[float]] = {"audit": [], "polygraphy": []}
+    times: dict[str, list[float]] = {"audit": [], "polygraphy": [], "envelope": []}
     verdicts: dict[str, str] = {}
     for attempt in range(runs + 1):  # the first of each is not counted
         out = folder / f"audit-{name}-{attempt}"
-        audit = [[sys.executable, "-m", "kit", "audit", str(model), "--inputs", str(inputs),
-                  "--from", pair[0], "--to", pair[1], "--out", str(out)]]
-        for route, commands, environment in (("audit", audit, None),
-                                             ("polygraphy", by_hand, env)):
+        audit = [sys.executable, "-m", "kit", "audit", str(model), "--inputs", str(inputs),
+                 "--from", pair[0], "--to", pair[1], "--out", str(out)]
+        forced = [*audit[:-1], f"{out}-envelope", "--envelope"]  # the clean pairs always
+        for route, commands, environment in (("audit", [audit], None),
+                                             ("polygraphy", by_hand, env),
+                                             ("envelope", [forced], None)):
             seconds, code, tail = _timed(commands, environment)
             if attempt:
                 times[route].append(seconds)
             verdicts[route] = _verdict(route, code, tail)
     floor = bench_audit(out, quiet=True)
-    audit_s, poly_s = (statistics.median(times[k]) for k in ("audit", "polygraphy"))
+    audit_s, poly_s, forced_s = (statistics.median(times[k])
+                                 for k in ("audit", "polygraphy", "envelope"))
     return {"model": name, "from": pair[0], "to": pair[1], "runs": runs,
             "audit_s": _spread(times["audit"]), "polygraphy_s": _spread(times["polygraphy"]),
             "ratio": round(audit_s / poly_s, 2), "target": TARGET,
             "met": bool(audit_s / poly_s <= TARGET), "audit_verdict": verdicts["audit"],
             "polygraphy_verdict": verdicts["polygraphy"], "floor_s": floor["floor_s"],
-            "floor_ratio": round(audit_s / floor["floor_s"], 1)}
+            "floor_ratio": round(audit_s / floor["floor_s"], 1),
+            "envelope": json.loads((out / "audit.json").read_text())["envelope"],
+            "envelope_s": _spread(times["envelope"]), "envelope_ratio": round(forced_s / poly_s, 2)}
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -138,5 +145,7 @@ def bench_versus(names: list[str], runs: int = 3) -> int:
               f"{row['audit_s']['median']} s ({row['audit_verdict']}) against Polygraphy by "
               f"hand {row['polygraphy_s']['median']} s ({row['polygraphy_verdict']}), median "
               f"of {row['runs']}: {row['ratio']}x (target <= {TARGET}x; the audit is "
-              f"{row['floor_ratio']}x its floor): {'OK' if row['met'] else 'FAILED'}")
+              f"{row['floor_ratio']}x its floor; clean pairs {row['envelope']}; with "
+              f"--envelope {row['envelope_s']['median']} s, {row['envelope_ratio']}x): "
+              f"{'OK' if row['met'] else 'FAILED'}")
     return 0 if all(row["met"] for row in rows) else 1
