@@ -92,9 +92,9 @@ def _verify(args: argparse.Namespace) -> int:
     select = Selection(tuple(args.claim), tuple(args.study), tuple(args.status))
     return verify(json_out=args.json, strict_findings=args.strict_findings,
                   expect_root=args.expect_root,
-                  # a run for named claims recomputes only those: it leaves the full page be
-                  page=args.page or (None if args.claim else
-                                     ROOT / DEFAULT_PAGE), select=select,
+                  # a run that selects (claims, studies or statuses) prints its rows and
+                  # leaves the full page be, unless --page asks for one
+                  page=args.page or (None if select else ROOT / DEFAULT_PAGE), select=select,
                   interpreter=True, deep=args.deep)
 
 
@@ -129,9 +129,14 @@ def _reports(args: argparse.Namespace) -> int:
 
 def _archive(args: argparse.Namespace) -> int:
     from kit.claims.archive import write_archive
+    from kit.files import read_json
     from kit.paths import ROOT
 
-    print(write_archive(ROOT, args.out or ROOT / "runs" / "archive"))
+    deposit = write_archive(ROOT, args.out or ROOT / "runs" / "archive")
+    found = read_json(deposit)
+    print(f"archive: {deposit.parent / found['archive']}: sha256 {found['sha256']}, "
+          f"{found['bytes']} bytes; root {found['root']} (commit {found['commit']}); "
+          f"the record: {deposit}")
     return 0
 
 

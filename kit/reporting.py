@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import html
 import io
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,16 +61,36 @@ def save_png(fig: Any, path: Path) -> None:
     pyplot().close(fig)
 
 
-# Run at the end of every page: marks the body for the browser test (``data-overflow``,
-# whether the page is wider than the window; ``data-ready``, that the page's script ran).
+# A number as the pages show it (``numbers`` keeps each on one line; the browser check
+# below counts those a line break cuts): not the digit of a name such as L2 or rot5.
+NUMBER = re.compile(r"(?<![A-Za-z_])[-−]?\d+(?:[.,]\d+)*(?:[eE][+-]?\d+)?%?")
+# Run at the end of every page: marks the page for the browser test (``data-overflow``,
+# whether the page is wider than the window; ``data-ready``, that the page's script ran;
+# on the root element ``data-split``, how many numbers in table cells a line break cuts).
 MEASURE = ("<script>var d=document.documentElement;document.body.dataset.overflow="
-           "d.scrollWidth>d.clientWidth?'yes':'no';document.body.dataset.ready='yes';"
-           "</script>")
+           "d.scrollWidth>d.clientWidth?'yes':'no';var s=0;document.querySelectorAll('td')"
+           ".forEach(function(c){var w=document.createTreeWalker(c,4),t,m,r;while((t=w."
+           f"nextNode())){{var e=/{NUMBER.pattern}/g;while((m=e.exec(t.data))){{"
+           "r=document.createRange();r.setStart(t,m.index);r.setEnd(t,m.index+m[0].length);"
+           "if(r.getClientRects().length>1)s++;}}});d.dataset.split=s;"
+           "document.body.dataset.ready='yes';</script>")
+# A number in a cell never breaks (``numbers``: each in a span of class n); a word breaks
+# only where the table would not fit the page otherwise.
 STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 8px}"
          "table{border-collapse:collapse;margin:1em 0;max-width:100%}td,th{border:1px solid "
          "#ccc;padding:3px 6px;font-size:13px;overflow-wrap:anywhere;word-break:break-word}"
-         "img{max-width:100%}p.note{color:#444}code{overflow-wrap:anywhere}"
-         "summary{cursor:pointer;margin:.5em 0}")
+         "span.n{white-space:nowrap}img{max-width:100%}p.note{color:#444}"
+         "code{overflow-wrap:anywhere}p.nav{font-size:13px}summary{cursor:pointer;margin:.5em 0}")
+
+
+def numbers(text: str) -> str:
+    """``text`` escaped for HTML, each number in it (``NUMBER``) kept on one line."""
+    parts, at = [], 0
+    for found in NUMBER.finditer(text):
+        parts += [html.escape(text[at:found.start()]),
+                  f"<span class='n'>{html.escape(found.group())}</span>"]
+        at = found.end()
+    return "".join([*parts, html.escape(text[at:])])
 # A table longer than this is folded (``<details>``), so the figures stay in view.
 FOLD_ROWS = 25
 
@@ -99,7 +120,7 @@ def _note(note: str) -> list[str]:
 
 def _table(table: PageTable) -> list[str]:
     cells = [f"<table><tr>{''.join(f'<th>{html.escape(h)}</th>' for h in table.header)}</tr>"]
-    cells += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+    cells += ["<tr>" + "".join(f"<td>{numbers(c)}</td>" for c in row) + "</tr>"
               for row in table.rows]
     cells.append("</table>")
     if len(table.rows) > FOLD_ROWS:

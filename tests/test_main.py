@@ -129,6 +129,10 @@ def test_verify_one_claim_prints_that_claim_alone_after_the_summary(tmp_path: Pa
     before = default_page.stat().st_mtime_ns if default_page.is_file() else None
     assert kit("verify", "--claim", "A-052").returncode == 0  # the full page is left be
     assert (default_page.stat().st_mtime_ns if default_page.is_file() else None) == before
+    chosen = kit("verify", "--study", "corpus", "--status", "described")  # so by study
+    assert chosen.returncode == 0, chosen.stdout[-2000:]
+    assert "claims page" not in chosen.stdout
+    assert (default_page.stat().st_mtime_ns if default_page.is_file() else None) == before
 
 
 def test_a_selection_of_a_study_whose_ledger_did_not_load_names_why(tmp_path: Path) -> None:

@@ -23,11 +23,12 @@ added is kept, and the folder's mode too.
 from __future__ import annotations
 
 import html
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kit.claims.page import relink
+from kit.claims.page import DEFAULT_PAGE, relink
 from kit.errors import KitError
 from kit.files import read_json, sha256, write_atomic
 from kit.owned import publish, staged, written
@@ -117,15 +118,42 @@ def _check_target(out: Path) -> None:
     written(out)  # a folder the kit did not write, and not empty: refused by name
 
 
-def index_page(pages: dict[Report, Path], out: Path) -> str:
-    """The page linking every report (relative links)."""
+def navigation(page: Path, out: Path) -> str:
+    """The line atop a page of ``out`` (``page`` where it will stand): relative links to
+    the reports' index and to the claims page ``python -m kit verify`` writes, where
+    ``out`` is inside the checkout (the default, ``runs/reports``); elsewhere the claims
+    page is named, not linked: a link out of ``out`` would spell the local path."""
+    links = [] if page == out / "index.html" else [
+        f"<a href='{html.escape(os.path.relpath(out / 'index.html', page.parent))}'>"
+        "all reports</a>"]
+    said = "<small>(<code>python -m kit verify</code> writes it)</small>"
+    if out.resolve().is_relative_to(ROOT.resolve()):
+        claims = Path(os.path.relpath(ROOT.resolve() / DEFAULT_PAGE, page.parent.resolve()))
+        links.append(f"<a href='{html.escape(claims.as_posix())}'>the claims page</a> {said}")
+    else:
+        links.append(f"the claims page: <code>{DEFAULT_PAGE.as_posix()}</code> in the "
+                     f"checkout {said}")
+    return f"<p class='nav'>{' · '.join(links)}</p>"
+
+
+def with_navigation(rendered: Path, page: Path, out: Path) -> None:
+    """Put ``navigation`` atop the page rendered at ``rendered`` (to stand at ``page``)."""
+    text = rendered.read_text(encoding="utf-8")
+    write_atomic(rendered, text.replace("<body>", "<body>" + navigation(page, out), 1)
+                 .encode())
+
+
+def index_page(pages: dict[Report, Path], out: Path, final: Path | None = None) -> str:
+    """The page linking every report (relative links; ``pages`` rendered under ``out``,
+    which will stand at ``final``)."""
     items = "".join(f"<li><a href='{html.escape(page.relative_to(out).as_posix())}'>"
                     f"{html.escape(report.title)}</a> <small>from <code>"
                     f"{html.escape(report.evidence)}</code></small></li>"
                     for report, page in pages.items())
+    nav = navigation((final or out) / "index.html", final or out)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>Reports from the "
             f"shipped evidence</title><style>{STYLE}</style></head><body><h1>Reports from "
-            f"the shipped evidence</h1><p>Each report is drawn from the evidence under "
+            f"the shipped evidence</h1>{nav}<p>Each report is drawn from the evidence under "
             f"<code>claims/</code> that <code>python -m kit verify</code> checks; the "
             f"paper's values, where a figure shows them, are read from the claim ledgers."
             f"</p><ul>{items}</ul>{MEASURE}</body></html>\n")
@@ -142,7 +170,9 @@ def write_reports(out: Path) -> Path:
     pyplot()  # matplotlib first: a missing module fails before any folder is made
     with staged(out) as staging:
         pages = {r: r.render(ROOT / r.evidence, staging / r.name) for r in REPORTS}
-        write_atomic(staging / "index.html", index_page(pages, staging).encode())
+        for page in pages.values():  # links back, from where each page will stand
+            with_navigation(page, out / page.relative_to(staging), out)
+        write_atomic(staging / "index.html", index_page(pages, staging, out).encode())
         publish(staging, out, "python -m kit reports", commit="index.html")
     relink()  # the claims page links the reports, whichever command ran first
     return out / "index.html"

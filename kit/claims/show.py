@@ -22,15 +22,17 @@ def print_rows(shown: list[Outcome], in_full: bool) -> None:
 
 def print_outcomes(outcomes: list[Outcome]) -> None:
     """One line per claim check: the claim, its statement (shortened), the paper's number
-    as printed, the kit's, the status and the rule in words."""
+    as printed, the kit's in the same form (an interval as an interval, a pair as a pair,
+    k/n with the kit's n), the status and the rule in words."""
     print(f"{'claim':<8} {'substrate':<9} {'statement':<34} {'published':<24} "
-          f"{'recomputed':<20} {'status':<20} rule")
+          f"{'kit, as printed':<20} {'status':<20} rule")
     for o in outcomes:
         paper = "" if o.effect is None or o.effect["ratio"] is None else \
             f" [kit {_short(o.effect['kit'])} vs paper {_short(o.effect['paper'])}: " \
             f"x{o.effect['ratio']:.3g}]"
         print(f"{o.claim:<8} {o.substrate:<9} {_cut(o.statement, 34):<34} "
-              f"{_cut(o.published, 24):<24} {_cut(o.recomputed, 20):<20} {o.status:<20} "
+              f"{_cut(o.published, 24):<24} {_cut(o.printed or o.recomputed, 20):<20} "
+              f"{o.status:<20} "
               f"{o.rule}{paper}" + (f" ({o.note})" if o.status == "not run here" else ""))
 
 
@@ -59,8 +61,9 @@ def _short(x: Any) -> str:
 
 
 def failure_reason(problems: list[str], differing: list[str], reversed_: list[str]) -> str:
-    """One line: why verify failed (the first failed check, the claims that differ, the
-    reversed findings under ``--strict-findings``), with how many more there are."""
+    """Why verify failed, for its last line (the first failed check, the claims that
+    differ, the reversed findings under ``--strict-findings``), with how many more there
+    are."""
     parts = []
     if problems:
         more = f" (and {len(problems) - 1} more failed checks above)" if len(problems) > 1 \
@@ -71,7 +74,7 @@ def failure_reason(problems: list[str], differing: list[str], reversed_: list[st
                      + (" ..." if len(differing) > 5 else ""))
     if reversed_:
         parts.append(f"{len(reversed_)} findings reversed under --strict-findings")
-    return "verify: FAILED because " + "; ".join(parts)
+    return "; ".join(parts)
 
 
 def print_summary(verdict: str, report: dict[str, Any], reversed_: list[str],

@@ -322,9 +322,9 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     for line in selection_lines(select, len(shown), len(outcomes), deep):
         print(f"verify: {line}")
     print_rows(shown, bool(select and select.claims))
-    if not ok:  # the reason beside the last line, not only hundreds of lines above it
-        print(failure_reason(problems, differing, reversed_ if strict_findings else []))
-    print(verdict)
+    # a failing run's last line says why, not only hundreds of lines above it
+    print(verdict if ok else f"{verdict} because "
+          f"{failure_reason(problems, differing, reversed_ if strict_findings else [])}")
     return 0 if ok else 1
 
 

@@ -75,3 +75,16 @@ def test_two_archives_of_one_commit_are_the_same_bytes(repo: Path, tmp_path: Pat
     assert first["sha256"] == second["sha256"]
     assert (tmp_path / "one" / first["archive"]).read_bytes() == \
         (tmp_path / "two" / second["archive"]).read_bytes()
+
+
+def test_the_command_prints_the_archives_sha256_and_root(
+        repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from kit.__main__ import main
+
+    monkeypatch.setattr("kit.paths.ROOT", repo)
+    assert main(["archive", "--out", str(tmp_path / "out")]) == 0
+    deposit = json.loads((tmp_path / "out" / "DEPOSIT.json").read_text())
+    printed = capsys.readouterr().out
+    assert f"sha256 {deposit['sha256']}" in printed
+    assert f"root {deposit['root']} (commit {deposit['commit']})" in printed

@@ -81,13 +81,24 @@ def test_every_report_is_written_with_its_figures(rendered: Path) -> None:
 
 
 def test_every_link_leads_to_a_file_that_exists(rendered: Path) -> None:
+    """Relative links only; every report links back to the index, and every page names
+    the claims page (outside the checkout, as here, by its place in the checkout: a link
+    would spell the local path; inside it, by a link)."""
     links = 0
     for page in _pages(rendered):
-        for target in re.findall(r"(?:src|href)='([^']+)'", page.read_text()):
+        text = page.read_text()
+        targets = re.findall(r"(?:src|href)='([^']+)'", text)
+        assert targets.count("../index.html") == (page.parent != rendered), page
+        assert "the claims page: <code>runs/verify/index.html</code> in the checkout" in text
+        for target in targets:
             assert not re.match(r"[a-z]+:", target), (page, target)  # nothing outside
             assert (page.parent / target).is_file(), (page, target)
             links += 1
-    assert links == 5 + 4 + 3 + 1 + 1 + 1  # the index, then each report's figures
+    # the index, then each report's figures, then the index from each report
+    assert links == 5 + 4 + 3 + 1 + 1 + 1 + 5
+    inside = ROOT / "runs" / "reports"  # the default: a relative link to the claims page
+    assert "<a href='../../verify/index.html'>the claims page</a>" in \
+        reports.navigation(inside / "drift" / "index.html", inside)
 
 
 def test_headings_say_what_they_show(rendered: Path) -> None:
@@ -104,8 +115,10 @@ def test_headings_say_what_they_show(rendered: Path) -> None:
     assert "<h2>Table 1: held-out detection per detector" in drift
     for number in (1, 2, 3, 4):  # each of the paper's tables follows the kit's, as printed
         assert f"<h2>Table {number} as the paper printed it (CIFAR-100" in drift
-    assert "<td>Direct L2 (plain comparison)</td><td>82.75%</td>" in drift
-    assert "<td>5°, bilinear</td>" in drift
+    # each number kept on one line (a span of class n)
+    assert "<td>Direct L2 (plain comparison)</td><td><span class='n'>82.75%</span></td>" \
+        in drift
+    assert "<td><span class='n'>5</span>°, bilinear</td>" in drift
     sciml = (rendered / "sciml" / "index.html").read_text()
     assert "Section 5.2 MR-card-to-verdict map, as the paper printed it" in sciml
     assert "<th>Interpretation boundary</th>" in sciml
@@ -118,7 +131,7 @@ def test_the_sweeps_alarm_table_is_folded_below_the_drift_map(rendered: Path) ->
     rows = {(r["release"], r["level"], r["threads"], r["export"]) for r in cells["rows"]}
     assert text.count("<tr><td>") >= len(rows) > FOLD_ROWS
     assert text.index("<img src='drift-map.png'") < text.index("<details>") \
-        < text.index("<tr><td>1.15.1")
+        < text.index("<tr><td><span class='n'>1.15.1</span>")
     assert "graph optimisation levels" in text
     assert "two-thread" in text
 
@@ -256,6 +269,7 @@ def test_chromium_loads_every_report_at_two_widths(rendered: Path, tmp_path: Pat
             dom = headless(chromium, tmp_path / f"home-{width}", f"--window-size={width},900",
                            "--dump-dom", page.as_uri()).stdout
             assert '<body data-overflow="no" data-ready="yes">' in dom, (page, width)
+            assert '<html data-split="0">' in dom, (page, width)  # no number cut by a wrap
 
 
 def test_a_file_the_user_added_is_kept_and_the_folders_mode_too(
@@ -276,3 +290,35 @@ def test_a_file_the_user_added_is_kept_and_the_folders_mode_too(
     with pytest.raises(KitError, match=r"index\.html: changed since the kit wrote it"):
         reports.write_reports(out)
     assert (out / "index.html").read_text() == "edited"
+
+
+def test_every_number_in_a_cell_is_kept_on_one_line() -> None:
+    from kit.reporting import numbers
+
+    assert numbers("Direct L2, rot5") == "Direct L2, rot5"  # a name, not a number
+    assert numbers("0.997 [0.975, 0.992] & 5/15 (33%), 1.2e-07, -3") == (
+        "<span class='n'>0.997</span> [<span class='n'>0.975</span>, <span class='n'>0.992"
+        "</span>] &amp; <span class='n'>5</span>/<span class='n'>15</span> (<span "
+        "class='n'>33%</span>), <span class='n'>1.2e-07</span>, <span class='n'>-3</span>")
+
+
+def test_the_page_counts_a_number_a_line_break_cuts(tmp_path: Path) -> None:
+    """The browser check behind ``data-split``: a narrow table of long numbers, with the
+    rule that keeps them whole and without it."""
+    from kit import reporting
+    from tests.browser import chromium_path, headless
+
+    table = PageTable("T", ["h"] * 12, [["0.99712345 26708.25"] * 12] * 3)
+    kept = html_page("t", "h", {}, [table])
+    cut = kept.replace("span.n{white-space:nowrap}", "")
+    assert cut != kept
+    chromium = chromium_path()
+    for name, text in (("kept", kept), ("cut", cut)):
+        page = tmp_path / f"{name}.html"
+        page.write_text(text)
+        dom = headless(chromium, tmp_path / f"home-{name}", "--window-size=1024,900",
+                       "--dump-dom", page.as_uri()).stdout
+        found = re.search(r'<html data-split="(\d+)">', dom)
+        assert found, dom[:300]
+        assert (int(found[1]) == 0) == (name == "kept"), (name, found[1])
+    assert f"/{reporting.NUMBER.pattern}/g" in reporting.MEASURE  # one pattern for both
