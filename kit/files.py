@@ -104,10 +104,21 @@ def read_json(path: Path, fix: str | None = None) -> Any:
 
 def parse_json(data: bytes, path: Path, fix: str | None = None) -> Any:
     """The bytes ``data`` read from ``path`` parsed as JSON (UTF-8 only: ``json.loads``
-    of bytes would guess UTF-16 or UTF-32)."""
+    of bytes would guess UTF-16 or UTF-32). A key written twice in one object is refused:
+    JSON itself keeps the last silently, so an edited record could show one value to a
+    reader and another to the kit."""
     text = decode_text(data, path, fix)
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found = dict(pairs)
+        if len(found) != len(pairs):
+            keys = [key for key, _ in pairs]
+            twice = next(key for i, key in enumerate(keys) if key in keys[:i])
+            raise error(path, f"the key {twice!r} appears twice in one object", fix)
+        return found
+
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=unique)
     except json.JSONDecodeError as exc:
         raise error(path, f"not valid JSON ({exc})", fix) from exc
     except RecursionError as exc:

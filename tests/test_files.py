@@ -194,6 +194,17 @@ def test_a_key_written_twice_in_one_mapping_is_refused_naming_both_lines(tmp_pat
     assert files.read_yaml(path) == {"seeds": {"split": 1}, "other": {"split": 3}}
 
 
+def test_a_json_key_written_twice_in_one_object_is_refused(tmp_path: Path) -> None:
+    """JSON keeps the last of two equal keys silently, as YAML does: a record saying two
+    things (a reader sees the first, the kit would use the second)."""
+    path = tmp_path / "state.json"
+    path.write_text('{"steps": {"drift": {"done": false, "done": true}}}')
+    with pytest.raises(KitError, match=rf"{path}: the key 'done' appears twice in one object"):
+        files.read_json(path)
+    path.write_text('{"a": {"done": false}, "b": {"done": true}}')  # one per object: fine
+    assert files.read_json(path) == {"a": {"done": False}, "b": {"done": True}}
+
+
 def test_write_atomic_keeps_a_replaced_files_mode_and_names_its_temporary(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A user's 0600 output stays 0600 when the kit replaces it; a new file is 0644; the

@@ -66,6 +66,23 @@ def test_the_small_configuration_runs_ships_and_evaluates_every_study(
                for x in lines) == 2 * len(set(ORDER) - set(NOT_SMALL))
 
 
+def test_a_users_file_in_the_fresh_folder_is_refused_and_kept(
+        small: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    """The fresh folder is made again by every call; a file a user put there stops it,
+    named, and stays (it was deleted with the folder)."""
+    runs, first = small
+    assert first.returncode == 0
+    notes = runs / "reproduce-all" / "fresh" / "notes.txt"
+    notes.write_text("mine")
+    try:
+        proc = kit("reproduce-all", "--small", "--runs", str(runs), "--only", "corpus")
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert "fresh: holds files the kit did not write there (notes.txt)" in proc.stderr
+        assert notes.read_text() == "mine"
+    finally:
+        notes.unlink()
+
+
 def test_a_rerun_keeps_every_finished_step(
         small: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     runs, first = small

@@ -35,7 +35,8 @@ from typing import Any
 
 from kit.claims.ledger import Outcome, clear_cache, evaluate, load_ledger
 from kit.errors import KitError
-from kit.files import canonical_json, plain_files, read_json, sha256, write_atomic
+from kit.files import canonical_json, parse_json, plain_files, read_json, sha256
+from kit.owned import write_named_file
 from kit.paths import ROOT
 from kit.runfolder import MACHINE, SHIPPED_MANIFEST, UNHASHED
 from kit.tolerance import RETRAINED, compare_folders, load_bounds, summary
@@ -253,8 +254,22 @@ def write_replay_page(report: dict[str, Any], path: Path, ok: bool) -> Path:
                      f"Replay against the shipped evidence: {'holds' if ok else 'FAILS'}",
                      {"replayed on": machine_name(report["machine"])},
                      sections)
-    write_atomic(path, page.encode())
+    write_named_file(path, page.encode(), lambda data: PAGE_TITLE.encode() in data[:2048],
+                     "the replay page's folder")
     return path
+
+
+PAGE_TITLE = "<title>Replay against the shipped evidence</title>"
+
+
+def replay_record(data: bytes) -> bool:
+    """Whether ``data`` is a replay record this command wrote (the only file of that name
+    it replaces in the evidence folder)."""
+    try:
+        found = parse_json(data, Path(RECORD), "")
+    except KitError:
+        return False
+    return isinstance(found, dict) and {"holds", "machine"} <= set(found)
 
 
 def verify_fresh(fresh: Path, status_only: bool = False, out: Path | None = None,
@@ -266,7 +281,7 @@ def verify_fresh(fresh: Path, status_only: bool = False, out: Path | None = None
     report = fresh_report(fresh, retrained=["*"] if status_only else retrained, models=models)
     ok = report["holds"]
     print_report(report)
-    write_atomic(fresh / RECORD, canonical_json(report))
+    write_named_file(fresh / RECORD, canonical_json(report), replay_record, "--evidence")
     page = write_replay_page(report, out or ROOT / "runs" / "replay" / "index.html", ok)
     from kit.claims.page import relink
 

@@ -185,10 +185,19 @@ def read_state(path: Path) -> dict[str, Any]:
     return state
 
 
+# What the shipped studies and the replay record leave in the fresh folder, all of it made
+# again by every call (``kit.claims.ship`` and ``kit.claims.fresh``).
+FRESH_NAMES = frozenset({"claims", "manifests", "replay-record.json"})
+
+
 def judge(o: Options, steps: list[str], folder: Path) -> int:
     """Ship every finished study into ``folder/fresh`` and judge it (module docstring)."""
     fresh = folder / "fresh"
     if fresh.is_dir():  # the kit's own folder: the record covers this call's steps alone
+        foreign = sorted(p.name for p in fresh.iterdir() if p.name not in FRESH_NAMES)
+        if foreign:  # what ship and the record write, and nothing of a user's, goes
+            raise KitError(f"{fresh}: holds files the kit did not write there "
+                           f"({', '.join(foreign)}); move them out, and run again")
         shutil.rmtree(fresh)
     for step in steps:
         say(f"reproduce-all: shipping {step} into {fresh}")

@@ -110,12 +110,18 @@ def default_workers() -> int:
     return os.cpu_count() or 1
 
 
+MAX_WORKERS = 256  # local worker processes, as the sweep bounds its thread counts
+
+
 def check_options(scheduler: str | None, workers: int | None) -> int:
     """The worker count to use; a bad count or scheduler address is a ScaleError (the
     command line asks this before any stage starts)."""
     count = default_workers() if workers is None else workers
     if count < 1:
         raise ScaleError(f"workers must be at least 1, not {count}")
+    if count > MAX_WORKERS:
+        raise ScaleError(f"workers must be at most {MAX_WORKERS} (a process each on this "
+                         f"machine), not {count}")
     if scheduler is not None and not scheduler.startswith(("tcp://", "tls://")):
         raise ScaleError(f"scheduler {scheduler!r}: give an address as tcp://HOST:PORT")
     return count

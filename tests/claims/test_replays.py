@@ -219,3 +219,21 @@ def test_a_record_that_does_not_name_its_models_says_so_where_there_are_models()
     assert _models({"models": None, "study": "sciml/kit"}).startswith("its models not named")
     assert _models({"models": None, "study": "corpus/kit"}) == "no trained models"
     assert _models({"models": "shipped", "study": "sciml/kit"}) == "on the shipped weights"
+
+
+def test_a_users_files_at_the_records_and_the_pages_names_are_refused_and_kept(
+        tmp_path: Path, record: Path) -> None:
+    """``verify --evidence DIR`` replaces its own record and page, nothing of the user's:
+    a file of that name the kit did not write is refused by name and left as it was."""
+    fresh = record.parent
+    assert verify_fresh(fresh, out=tmp_path / "page.html", models={}) == 0  # its own: again
+    record.write_text("my notes\n")
+    with pytest.raises(KitError, match=rf"{record}: a file the kit did not write"):
+        verify_fresh(fresh, out=tmp_path / "page.html", models={})
+    assert record.read_text() == "my notes\n"
+    record.unlink()
+    page = tmp_path / "mine.html"
+    page.write_text("<title>my page</title>\n")
+    with pytest.raises(KitError, match=rf"{page}: a file the kit did not write"):
+        verify_fresh(fresh, out=page, models={})
+    assert page.read_text() == "<title>my page</title>\n"

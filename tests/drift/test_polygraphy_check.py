@@ -43,6 +43,12 @@ def test_the_table_goes_outside_the_run(tiny_run: tuple[Run, Path], tmp_path: Pa
     assert "outside the run folder" in capsys.readouterr().err
     assert main(["polygraphy", "--run", str(run.root), "--out", str(tmp_path / "p.json")]) == 0
     assert json.loads((tmp_path / "p.json").read_bytes())["polygraphy"] == "0.53.6"
+    assert main(["polygraphy", "--run", str(run.root), "--out", str(tmp_path / "p.json")]) == 0
+    (tmp_path / "mine.json").write_text('{"notes": 1}')  # a file of the user's: kept
+    assert main(["polygraphy", "--run", str(run.root), "--out",
+                 str(tmp_path / "mine.json")]) == 2
+    assert "mine.json: a file the kit did not write" in capsys.readouterr().err
+    assert (tmp_path / "mine.json").read_text() == '{"notes": 1}'
     assert check_manifest(run.root) == []
 
 

@@ -108,7 +108,8 @@ def test_an_unreachable_scheduler_is_refused(workdir: Path,
 
 @pytest.mark.parametrize(("options", "message"), [
     (["--scheduler", "localhost:8786"], "give an address as tcp://HOST:PORT"),
-    (["--workers", "0"], "workers must be at least 1, not 0")])
+    (["--workers", "0"], "workers must be at least 1, not 0"),
+    (["--workers", "1000000000"], "workers must be at most 256")])
 def test_bad_scale_options_exit_2(options: list[str], message: str, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     for command in (["stage", "infer"], ["reproduce"], ["sweep"]):

@@ -147,3 +147,25 @@ def test_the_heatmap_sets_each_detectors_precision_recall_beside_the_papers() ->
         assert (f"{detector}: kit {kit['precision']['value']:.2f}/{kit['recall']['value']:.2f}, "
                 f"paper {p:.2f}/{r:.2f} ({claim_id})") in ax.get_xlabel()
     report.pyplot().close(fig)
+
+
+def test_the_report_command_keeps_a_users_files_in_its_out_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sciml-report --out D`` follows the kit's folder rule (``kit.owned``): a D holding a
+    user's ``index.html`` is refused and left as it was; in a D the kit wrote, a second
+    run keeps a file the user added."""
+    from kit.__main__ import main
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "index.html").write_text("mine")
+    assert main(["sciml-report", "--evidence", str(SHIPPED), "--out", str(theirs)]) == 2
+    assert "holds files the kit did not write (index.html)" in capsys.readouterr().err
+    assert sorted(p.name for p in theirs.iterdir()) == ["index.html"]
+    assert (theirs / "index.html").read_text() == "mine"
+    ours = tmp_path / "ours"
+    assert main(["sciml-report", "--evidence", str(SHIPPED), "--out", str(ours)]) == 0
+    (ours / "notes.txt").write_text("mine")
+    assert main(["sciml-report", "--evidence", str(SHIPPED), "--out", str(ours)]) == 0
+    assert (ours / "notes.txt").read_text() == "mine"
+    assert "Operator floor" in (ours / "index.html").read_text()
