@@ -10,6 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from kit.__main__ import main
 from kit.paths import ROOT
 
 
@@ -129,10 +132,22 @@ def test_verify_one_claim_prints_that_claim_alone_after_the_summary(tmp_path: Pa
     before = default_page.stat().st_mtime_ns if default_page.is_file() else None
     assert kit("verify", "--claim", "A-052").returncode == 0  # the full page is left be
     assert (default_page.stat().st_mtime_ns if default_page.is_file() else None) == before
-    chosen = kit("verify", "--study", "corpus", "--status", "described")  # so by study
-    assert chosen.returncode == 0, chosen.stdout[-2000:]
-    assert "claims page" not in chosen.stdout
-    assert (default_page.stat().st_mtime_ns if default_page.is_file() else None) == before
+
+
+
+def test_a_selection_by_study_or_status_leaves_the_claims_page_be(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The page verify is asked to write: the default one only when nothing is selected,
+    ``--page`` whenever it is given."""
+    import kit.claims.verify
+
+    asked: list[object] = []
+    monkeypatch.setattr(kit.claims.verify, "verify", lambda **kw: asked.append(kw["page"]) or 0)
+    page = tmp_path / "p.html"
+    for args in (["--study", "corpus"], ["--status", "described"], ["--claim", "A-052"],
+                 [], ["--study", "corpus", "--page", str(page)]):
+        assert main(["verify", *args]) == 0
+    assert asked == [None, None, None, ROOT / "runs" / "verify" / "index.html", page]
 
 
 def test_a_selection_of_a_study_whose_ledger_did_not_load_names_why(tmp_path: Path) -> None:

@@ -222,10 +222,13 @@ def test_a_record_that_does_not_name_its_models_says_so_where_there_are_models()
 
 
 def test_a_users_files_at_the_records_and_the_pages_names_are_refused_and_kept(
-        tmp_path: Path, record: Path) -> None:
+        tmp_path: Path, record: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``verify --evidence DIR`` replaces its own record and page, nothing of the user's:
     a file of that name the kit did not write is refused by name and left as it was."""
-    fresh = record.parent
+    import kit.claims.fresh
+
+    fresh, report = record.parent, json.loads(record.read_text())
+    monkeypatch.setattr(kit.claims.fresh, "fresh_report", lambda *a, **k: report)  # as made
     assert verify_fresh(fresh, out=tmp_path / "page.html", models={}) == 0  # its own: again
     record.write_text("my notes\n")
     with pytest.raises(KitError, match=rf"{record}: a file the kit did not write"):
