@@ -28,11 +28,33 @@ def check_schemas(root: Path, ledgers: list[dict[str, Any]], recounts: str = "su
         for substrate in ledger["substrates"].values():
             problems += collect(_record_problems, root / substrate["evidence"],
                                 ledger["study"], recounts)
+    if recounts != "none":
+        problems += collect(split_copies, root, ledgers)
     from kit.sciml.cards import CARDS
 
     for card in sorted(CARDS.glob("*.yaml")):
         problems += collect(_card_problems, card)
     return problems + tables.problems(root, ledgers)
+
+
+SPLIT = Path("split") / "split.json"
+
+
+def split_copies(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
+    """The split each study on the digits models ships beside its records (the detector
+    study's, the sweep's) against the drift study's, which is recounted from its rows
+    (``kit.drift.recount_records``): every run made it from one protocol and seed, so a
+    copy that differs in a byte was changed after its run."""
+    folders = [root / s["evidence"] for ledger in ledgers for s in ledger["substrates"].values()]
+    drift = [root / ledger["substrates"]["digits"]["evidence"] / SPLIT for ledger in ledgers
+             if ledger["study"] == "drift" and "digits" in ledger["substrates"]]
+    if not drift or not drift[0].is_file():
+        return []  # no drift evidence on the digits models: not run here, as the rest
+    original = drift[0].read_bytes()
+    return [f"{folder / SPLIT}: differs from the drift study's split ({drift[0]}), which "
+            "every run on the digits models makes from the same protocol and seed; restore "
+            "it from git" for folder in folders if (folder / SPLIT).is_file()
+            and folder / SPLIT != drift[0] and (folder / SPLIT).read_bytes() != original]
 
 
 def _card_problems(path: Path) -> list[str]:

@@ -735,3 +735,25 @@ def test_a_shipped_record_that_is_not_an_object_is_a_failed_check(
     proc = run_verify(root)
     assert proc.returncode == 1
     assert f"{root / name}: not a JSON object (list); restore it from git" in failures(proc)
+
+
+def test_a_split_copy_that_differs_from_the_drift_studys_is_named(tmp_path: Path) -> None:
+    """The detector study and the sweep ship the split they ran on; each must be the drift
+    study's, byte for byte (that one is recounted from its rows)."""
+    from kit.claims.records import SPLIT, split_copies
+
+    ledgers = []
+    for study, substrates in (("drift", ("digits",)), ("corpus", ("kit", "detectors")),
+                              ("realdrift", ("digits",))):
+        evidence = {name: {"evidence": f"claims/{study}/evidence/{name}"} for name in substrates}
+        ledgers.append({"study": study, "substrates": evidence})
+        for name in substrates:
+            if name != "kit":
+                (tmp_path / evidence[name]["evidence"] / SPLIT).parent.mkdir(parents=True)
+                shutil.copy(ROOT / "claims/drift/evidence/digits" / SPLIT,
+                            tmp_path / evidence[name]["evidence"] / SPLIT)
+    assert split_copies(tmp_path, ledgers) == []
+    copy = tmp_path / "claims/realdrift/evidence/digits" / SPLIT
+    copy.write_text(copy.read_text().replace('"heldout"', '"calibration"', 1))
+    [problem] = split_copies(tmp_path, ledgers)
+    assert problem.startswith(f"{copy}: differs from the drift study's split")
