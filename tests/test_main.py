@@ -32,15 +32,18 @@ def refused(proc: subprocess.CompletedProcess[str], path: Path | str) -> str:
 def test_verify_outputs_under_a_file_onto_a_folder_or_too_long(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("mine\n")
-    line = refused(kit("verify", "--json", str(blocker / "out.json")), blocker)
+    # one claim each: the outputs are checked before any claim, and written the same way
+    line = refused(kit("verify", "--claim", "A-052", "--json", str(blocker / "out.json")),
+                   blocker)
     assert "is a file where a folder is needed" in line
     folder = tmp_path / "a-folder"
     folder.mkdir()
     (folder / "kept.txt").write_text("mine\n")
-    refused(kit("verify", "--page", str(folder)), folder)
+    refused(kit("verify", "--claim", "A-052", "--page", str(folder)), folder)
     assert (folder / "kept.txt").read_text() == "mine\n"
     long = tmp_path / ("x" * 260 + ".json")
-    assert "too long" in refused(kit("verify", "--json", str(long)), "x" * 200)
+    assert "too long" in refused(kit("verify", "--claim", "A-052", "--json", str(long)),
+                                 "x" * 200)
     assert blocker.read_text() == "mine\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "a-folder"]
 
