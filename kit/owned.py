@@ -30,6 +30,7 @@ from kit.errors import KitError
 from kit.files import (
     TEMPORARY,
     canonical_json,
+    parse_json,
     read_json,
     sha256,
     stale,
@@ -82,6 +83,19 @@ def claim(out: Path, command: str) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / MARK, canonical_json({"command": command, "files": {}}))
     return out
+
+
+def json_with(fields: set[str]) -> Callable[[bytes], bool]:
+    """For ``write_named_file``: whether a file's bytes are a JSON object holding every one
+    of ``fields`` (a record the kit's command wrote; anything else is the user's)."""
+    def ours(data: bytes) -> bool:
+        try:
+            found = parse_json(data, Path("the file"), "")
+        except KitError:
+            return False
+        return isinstance(found, dict) and fields <= set(found)
+
+    return ours
 
 
 def write_named_file(path: Path, data: bytes, ours: Callable[[bytes], bool], option: str

@@ -35,8 +35,8 @@ from typing import Any
 
 from kit.claims.ledger import Outcome, clear_cache, evaluate, load_ledger
 from kit.errors import KitError
-from kit.files import canonical_json, parse_json, plain_files, read_json, sha256
-from kit.owned import write_named_file
+from kit.files import canonical_json, plain_files, read_json, sha256
+from kit.owned import json_with, write_named_file
 from kit.paths import ROOT
 from kit.runfolder import MACHINE, SHIPPED_MANIFEST, UNHASHED
 from kit.tolerance import RETRAINED, compare_folders, load_bounds, summary
@@ -262,14 +262,8 @@ def write_replay_page(report: dict[str, Any], path: Path, ok: bool) -> Path:
 PAGE_TITLE = "<title>Replay against the shipped evidence</title>"
 
 
-def replay_record(data: bytes) -> bool:
-    """Whether ``data`` is a replay record this command wrote (the only file of that name
-    it replaces in the evidence folder)."""
-    try:
-        found = parse_json(data, Path(RECORD), "")
-    except KitError:
-        return False
-    return isinstance(found, dict) and {"holds", "machine"} <= set(found)
+# The only file of that name ``verify --evidence`` replaces in the evidence folder.
+replay_record = json_with({"holds", "machine"})
 
 
 def verify_fresh(fresh: Path, status_only: bool = False, out: Path | None = None,

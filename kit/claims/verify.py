@@ -44,8 +44,8 @@ from kit.claims.ledger import STATUSES, Outcome, clear_cache, evaluate, load_led
 from kit.claims.records import check_schemas
 from kit.claims.show import failure_reason, print_rows, print_summary
 from kit.errors import KitError
-from kit.files import canonical_json, parse_json, plain_files, sha256
-from kit.owned import write_named_file
+from kit.files import canonical_json, plain_files, sha256
+from kit.owned import json_with, write_named_file
 from kit.paths import ROOT
 from kit.runfolder import SHIPPED_MANIFEST, UNHASHED
 from kit.schema import problems as schema_problems
@@ -328,14 +328,8 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     return 0 if ok else 1
 
 
-def verify_report(data: bytes) -> bool:
-    """Whether ``data`` is a report ``verify --json`` wrote (an object with every field its
-    schema requires): the only file ``--json`` replaces."""
-    try:
-        found = parse_json(data, Path("--json"), "")
-    except KitError:
-        return False
-    return isinstance(found, dict) and {"ok", "root", "roots", "claims", "counts"} <= set(found)
+# The only file ``--json`` replaces: a report verify wrote (every field its schema requires).
+verify_report = json_with({"ok", "root", "roots", "claims", "counts"})
 
 
 def validate_report(report: dict[str, Any]) -> None:

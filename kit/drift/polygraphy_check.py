@@ -26,7 +26,8 @@ import numpy as np
 
 from kit.drift.stages.infer import output_path
 from kit.errors import KitError
-from kit.files import canonical_json, load_npz, parse_json, read_json
+from kit.files import canonical_json, load_npz, read_json
+from kit.owned import json_with, write_named_file
 from kit.runfolder import Run
 
 Array = np.ndarray[Any, Any]
@@ -125,16 +126,9 @@ def write_fault_matrix(run_dir: Path, out: Path) -> Path:
     the run folder, whose manifest it would otherwise break)."""
     if out.resolve().is_relative_to(run_dir.resolve()):
         raise KitError(f"{out}: write the Polygraphy table outside the run folder {run_dir}")
-    from kit.owned import write_named_file
-
     write_named_file(out, canonical_json(fault_matrix(Run(run_dir))), fault_table, "--out")
     return out
 
 
-def fault_table(data: bytes) -> bool:
-    """Whether ``data`` is a table ``write_fault_matrix`` wrote (the only file it replaces)."""
-    try:
-        found = parse_json(data, Path("--out"), "")
-    except KitError:
-        return False
-    return isinstance(found, dict) and {"polygraphy", "check", "tpr", "fpr"} <= set(found)
+# The only file ``--out`` replaces: a table ``write_fault_matrix`` wrote.
+fault_table = json_with({"polygraphy", "check", "tpr", "fpr"})

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kit.claims.fresh import verify_fresh
+from kit.claims.fresh import RECORD, verify_fresh
 from kit.claims.ship import ship
 from kit.errors import KitError
 from kit.files import canonical_json, read_json, write_atomic
@@ -187,7 +187,7 @@ def read_state(path: Path) -> dict[str, Any]:
 
 # What the shipped studies and the replay record leave in the fresh folder, all of it made
 # again by every call (``kit.claims.ship`` and ``kit.claims.fresh``).
-FRESH_NAMES = frozenset({"claims", "manifests", "replay-record.json"})
+FRESH_NAMES = frozenset({"claims", "manifests", RECORD})
 
 
 def judge(o: Options, steps: list[str], folder: Path) -> int:
