@@ -131,6 +131,8 @@ def test_a_known_defect_is_beyond_clean_drift_localised_and_named(tmp_path: Path
     assert proc.returncode == 1, proc.stderr[-2000:]
     record = json.loads((out / "audit.json").read_text())
     assert record["verdict"] == "beyond clean drift"
+    # three rounds (the pair, its clean pairs, the instrumented copy), one worker a release
+    assert record["worker_processes"] == {PAIR[0]: 1, PAIR[1]: 1}
     assert record["outputs"]["y"]["audited_rate"] == 1.0
     assert record["outputs"]["y"]["polygraphy_verdict"] == "fails"
     assert record["first_moving"]["node"] == "avgpool"

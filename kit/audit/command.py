@@ -8,7 +8,9 @@ clean drift, where first, and does a known defect touch it.
 2. The static screen (``kit.audit.screen``), no runtime.
 3. One job per cell and run of inputs in the kit's worker, under each release's
    hash-locked environment, on any backend (venv, docker, Dask): the two audited cells
-   and the clean pairs of ``kit/protocols/audit.yaml``.
+   and the clean pairs of ``kit/protocols/audit.yaml``. On the venv backend each release's
+   cells run in one worker process for the whole audit (``kit.runtime.serve``; the record's
+   ``worker_processes``), with no cluster to start.
 4. Per output: largest absolute and relative difference, bit-identical share, argmax
    flips, Polygraphy's default verdict, the calibrated verdict (``kit.audit.calibrate``);
    only when the verdict is beyond clean drift, which side onnx's reference
@@ -50,6 +52,7 @@ from kit.files import load_npz, write_atomic, write_npz
 from kit.owned import publish, staged
 from kit.paths import ROOT
 from kit.runfolder import say
+from kit.runtime.serve import Workers
 from kit.tolerance import TINY
 
 GRAPHS = {"plain": "model.onnx", "probe": "probe.onnx"}
@@ -138,19 +141,21 @@ def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     work.mkdir()
     os.chmod(out, 0o755)  # the docker worker reads them as the image's own user
     os.chmod(work, 0o755)
-    return _measure(model, arrays, sides, protocol, work, args)
+    with Workers(args.backend, args.scheduler, args.workers, say) as pool:
+        found = _measure(model, arrays, sides, protocol, work, args, pool)
+    return {**found, "worker_processes": dict(sorted(pool.started.items()))}
 
 
 def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
-             protocol: dict[str, Any], work: Path, args: argparse.Namespace) -> dict[str, Any]:
+             protocol: dict[str, Any], work: Path, args: argparse.Namespace,
+             pool: Workers) -> dict[str, Any]:
     write_atomic(work / GRAPHS["plain"], model.SerializeToString())
     external = external_files(args.model)
     carry_external(external, work)
     feeds = write_inputs(work, arrays, fixed_batch(model))
-    outputs, whole, partners, cells = run_plain(sides, protocol, work, feeds, args)
+    outputs, whole, partners, cells = run_plain(sides, protocol, work, feeds, args, pool)
     n = len(next(iter(arrays.values())))
-    n_cal = -(-n * protocol["inputs"]["calibration_share"] // 1)
-    n_cal = int(min(max(n_cal, 1), n - 1))
+    n_cal = calibration_count(n, protocol)
     alarm, rate = protocol["alarm"], protocol["alarm"]["false_alarm_rate"]
 
     def judge(graph: str) -> dict[str, Any]:
@@ -175,7 +180,7 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             outputs[(sides["from"], "plain")][name], n_cal, alarm, name)]
     rows = {name: {**c.as_dict(), **({} if any(partners.values()) else {"tau": None}),
                    **describe(outputs[(sides["from"], "plain")][name],
-                                             outputs[(sides["to"], "plain")][name], name)}
+                              outputs[(sides["to"], "plain")][name], name)}
             for name, c in plain.items()}
     moving, exposed, moving_why = None, None, None
     oracle = {"ran": False, "why": "not run: the two sides agree within clean drift, so "
@@ -187,7 +192,7 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
                              *({name: outputs[(sides[key], "plain")][name] for name in batched}
                                for key in ("from", "to")))
         exposed = probe(model, work / GRAPHS["probe"], protocol["localisation"]["op_types"])
-        probed, more = run_cells(cells, work, feeds, args, "probe")
+        probed, more = run_cells(cells, work, feeds, pool, "probe")
         outputs.update(probed)
         whole.update(more)
         moving, moving_why = localise(judge("probe"), exposed, list(plain), rate)
@@ -203,12 +208,19 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             **({} if dialled is None else {"dial": dialled})}
 
 
+def calibration_count(n: int, protocol: dict[str, Any]) -> int:
+    """The inputs that calibrate: the protocol's share of ``n``, rounded up, at least one
+    and leaving one held out."""
+    n_cal = -(-n * protocol["inputs"]["calibration_share"] // 1)
+    return int(min(max(n_cal, 1), n - 1))
+
+
 IDENTICAL = ("the two sides' outputs are bit-identical on every input: a zero difference is "
              "within every envelope, so the clean pairs were not run (--envelope runs them)")
 
 
 def run_plain(sides: dict[str, Cell], protocol: dict[str, Any], work: Path,
-              feeds: list[tuple[str, int]], args: argparse.Namespace
+              feeds: list[tuple[str, int]], args: argparse.Namespace, pool: Workers
               ) -> tuple[dict[tuple[Cell, str], dict[str, Any]], dict[str, str],
                          dict[str, list[Cell]], list[Cell]]:
     """The plain graph's outputs: the audited pair first, then the clean pairs' cells only
@@ -219,12 +231,12 @@ def run_plain(sides: dict[str, Cell], protocol: dict[str, Any], work: Path,
     partners = {side: clean_partners(cell, protocol) for side, cell in sides.items()}
     rest = list(dict.fromkeys(c for p in partners.values() for c in p if c not in pair))
     if getattr(args, "envelope", False) or getattr(args, "dial", False):  # all at once
-        return (*run_cells(pair + rest, work, feeds, args, "plain"), partners, pair + rest)
-    outputs, whole = run_cells(pair, work, feeds, args, "plain")
+        return (*run_cells(pair + rest, work, feeds, pool, "plain"), partners, pair + rest)
+    outputs, whole = run_cells(pair, work, feeds, pool, "plain")
     a, b = (outputs[(sides[key], "plain")] for key in ("from", "to"))
     if a.keys() == b.keys() and all(same_bits(a[name], b[name]) for name in a):
         return outputs, whole, {key: [] for key in sides}, pair
-    more, more_whole = run_cells(rest, work, feeds, args, "plain")
+    more, more_whole = run_cells(rest, work, feeds, pool, "plain")
     outputs.update(more)
     whole.update(more_whole)
     return outputs, whole, partners, pair + rest
@@ -296,14 +308,15 @@ def write_inputs(work: Path, arrays: dict[str, Any], fixed: int | None
 
 
 def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int]],
-              args: argparse.Namespace, graph: str
+              pool: Workers, graph: str
               ) -> tuple[dict[tuple[Cell, str], dict[str, Any]], dict[str, str]]:
     """Every cell and inputs file of one graph (``GRAPHS``) in the kit's worker, one batch
-    per release, each file in one call (``whole``: a tensor may lack a batch axis); each
-    cell's outputs stacked back in input order (``stacked``). Also the tensors compared
-    whole, with the shape of their first run."""
+    per release to that release's worker in ``pool`` (``kit.runtime.serve``: one process
+    per release for every round of the audit), each file in one call (``whole``: a tensor
+    may lack a batch axis); each cell's outputs stacked back in input order (``stacked``).
+    Also the tensors compared whole, with the shape of their first run."""
     from kit.runtime.runtimes import release_runtime
-    from kit.runtime.scale import Batch, run_batches
+    from kit.runtime.scale import Batch
 
     jobs: dict[str, list[dict[str, Any]]] = {}
     paths: dict[tuple[Cell, str], list[Path]] = {}
@@ -319,8 +332,7 @@ def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int]],
                for release, found in jobs.items()]
     say(f"audit: {sum(len(j) for j in jobs.values())} jobs of the {graph} graph over "
         f"{len(cells)} cells")
-    run_batches(batches, work, work, backend=args.backend, scheduler=args.scheduler,
-                workers=args.workers, progress=say, threads=True)
+    pool.run(batches, work, work)
     found: dict[tuple[Cell, str], dict[str, Any]] = {}
     whole: dict[str, str] = {}
     sizes = [rows for _, rows in feeds]

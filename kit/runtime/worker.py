@@ -8,6 +8,7 @@ it). Never import the ``kit`` package from here.
 Usage::
 
     python worker.py --jobs JOBS.json --in-root IN --out-root OUT
+    python worker.py --serve --in-root IN --out-root OUT    (one jobs file per stdin line)
 
 ``JOBS.json`` holds ``{"jobs": [JOB, ...]}``; each JOB names a model and an input .npz
 (paths relative to IN), an output .npz (relative to OUT), the graph optimisation level and
@@ -716,20 +717,42 @@ def die_with_parent() -> None:
         os._exit(3)
 
 
+def serve(in_root: Path, out_root: Path) -> int:
+    """``--serve``: one process for every job list of a command (``kit.runtime.serve``).
+    Each stdin line names a jobs file, run as ``--jobs`` runs one; one JSON line answers it
+    on stdout, ``{"wrote": N}`` or ``{"error": "FILE: WHAT"}``, and the next line is read.
+    Anything else printed goes to stderr, so stdout holds the answers alone. End of input
+    ends the process (exit 0); an unexpected error ends it with a traceback."""
+    answers = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    for line in sys.stdin:
+        try:
+            answer: dict[str, Any] = {"wrote": len(run_jobs(Path(line.strip()), in_root,
+                                                            out_root))}
+        except JobError as exc:
+            answer = {"error": str(exc)}
+        answers.write(json.dumps(answer, sort_keys=True) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     parser = argparse.ArgumentParser(prog="worker", description=__doc__.split("\n")[0])
     parser.add_argument("--describe", action="store_true",
                         help="print the onnxruntime version and its levels as JSON, run nothing")
     parser.add_argument("--jobs", type=Path)
+    parser.add_argument("--serve", action="store_true",
+                        help="read one jobs file's path per line from stdin (serve)")
     parser.add_argument("--in-root", type=Path)
     parser.add_argument("--out-root", type=Path)
     args = parser.parse_args(argv)
     if args.describe:
         print(json.dumps(describe(), sort_keys=True))
         return 0
-    if args.jobs is None or args.in_root is None or args.out_root is None:
-        parser.error("--jobs, --in-root and --out-root are required")
+    if args.in_root is None or args.out_root is None or (args.jobs is not None) == args.serve:
+        parser.error("--in-root, --out-root and one of --jobs or --serve are required")
+    if args.serve:
+        return serve(args.in_root, args.out_root)
     try:
         outputs = run_jobs(args.jobs, args.in_root, args.out_root)
     except JobError as exc:
