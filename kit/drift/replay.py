@@ -12,7 +12,10 @@ error naming it, not a traceback.
 The replay folder (``<run>-replay``) is the kit's: ``prepare`` writes the mark
 ``.kit-replay`` into it when it makes it, and empties only a folder holding that mark (or
 nothing at all); any other folder at that path is refused, naming it, before anything is
-made or removed (``check_target``).
+made or removed (``check_target``). In its own folder the kit removes only what an earlier
+replay wrote (``kits_own``): a file a user put there is refused by name and kept (every
+file of a run folder is hashed into its manifest, so a user's file cannot stay beside a
+replay without changing its verdict).
 """
 
 from __future__ import annotations
@@ -26,8 +29,25 @@ from typing import Any
 import numpy as np
 
 from kit.errors import KitError
-from kit.files import canonical_json, load_npz, read_bytes, read_json, sha256, write_atomic
-from kit.runfolder import LOCK, MACHINE, MANIFEST, REPLAY, REPLAY_MARK, check_manifest
+from kit.files import (
+    TEMPORARY,
+    canonical_json,
+    load_npz,
+    read_bytes,
+    read_json,
+    sha256,
+    write_atomic,
+)
+from kit.runfolder import (
+    LOCK,
+    MACHINE,
+    MANIFEST,
+    REPLAY,
+    REPLAY_MARK,
+    UNHASHED,
+    UNHASHED_DIRS,
+    check_manifest,
+)
 
 RERUN = "rerun that run (nox -s reproduce) or restore the folder"
 
@@ -157,16 +177,48 @@ def prepare(first: Path, target: Path, stages: tuple[str, ...], order: tuple[str
         if not (first / stage).is_dir():
             raise KitError(f"{first / stage}: the first run lacks stage {stage!r} to replay from")
     with hold(target) as folder:  # refused at once while a command runs in the folder
+        earlier = kits_own(folder, order)  # a user's file there is refused, never removed
         write_atomic(folder / REPLAY_MARK, f"made by the kit's replay of {first}\n".encode())
-        for entry in sorted(folder.iterdir()):
-            if entry.name in (REPLAY_MARK, LOCK):
-                continue
+        for entry in earlier:
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
         for stage in order[:start]:
             shutil.copytree(first / stage, folder / stage, copy_function=os.link)
+
+
+def kits_own(folder: Path, order: tuple[str, ...]) -> list[Path]:
+    """The entries an earlier replay left in the kit's replay folder ``folder``, to remove
+    before the next: its stage folders, its run metadata (``UNHASHED``) and the kit's
+    temporaries; never the mark or the lock. Any other entry, or a file inside a stage
+    folder that the earlier replay's finished manifest does not list (nor its report or
+    steps), is the user's: a KitError names it before anything is removed. A replay killed
+    before its manifest leaves no list: its stage folders are taken whole."""
+    listed: set[str] | None = None
+    if (folder / MANIFEST).is_file():
+        found = read_json(folder / MANIFEST, f"delete {folder} yourself")
+        files = found.get("files") if isinstance(found, dict) else None
+        listed = set(files) if isinstance(files, dict) else None
+    entries = []
+    for entry in sorted(folder.iterdir()):
+        name = entry.name
+        if name in (REPLAY_MARK, LOCK):
+            continue
+        stage = name in order or name in UNHASHED_DIRS
+        if not ((stage and entry.is_dir()) or (name in UNHASHED and entry.is_file())
+                or TEMPORARY.fullmatch(name)):
+            raise KitError(f"{entry}: not a file the kit's replay wrote, in its replay "
+                           "folder; the replay would remove it: move it away")
+        if stage and listed is not None and name not in UNHASHED_DIRS and not entry.is_symlink():
+            for path in sorted(entry.rglob("*")):
+                relative = path.relative_to(folder).as_posix()
+                if not (path.is_dir() or relative in listed or TEMPORARY.fullmatch(path.name)):
+                    raise KitError(f"{path}: not a file the kit's replay wrote (its manifest "
+                                   "does not list it); the replay would remove it: move it "
+                                   "away")
+        entries.append(entry)
+    return entries
 
 
 def write_report(first: Path, report: dict[str, Any]) -> Path:

@@ -1,6 +1,7 @@
 """``verify --replay`` removes a ``<run>-replay`` folder only when the kit made it (its
 ``.kit-replay`` mark); any other folder there is refused naming it, before anything is
-made or removed."""
+made or removed. In its own folder it removes only what an earlier replay wrote: a user's
+file there is refused by name and kept (``kits_own``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from kit.__main__ import main
 from kit.drift.replay import check_target, prepare
 from kit.errors import KitError
-from kit.runfolder import REPLAY_MARK, hashed_files
+from kit.runfolder import REPLAY_MARK, hashed_files, write_manifest
 
 ORDER = ("fetch", "split", "score")
 
@@ -75,3 +76,34 @@ def test_the_small_protocol_goes_to_the_kits_cache_never_beside_the_run(
     assert f"stopped with {tmp_path / 'cache'}/protocols/small.yaml" in capsys.readouterr().err
     assert theirs.read_text() == "the user's"
     assert theirs.stat().st_mode & 0o777 == 0o600
+
+
+def _earlier_replay(first: Path, target: Path) -> None:
+    for stage in ORDER:
+        (first / stage).mkdir(parents=True)
+        (first / stage / f"{stage}.json").write_text("{}")
+    prepare(first, target, ("score",), ORDER)
+    (target / "score").mkdir()
+    (target / "score" / "old.npz").write_text("an earlier replay's")
+    (target / "timings.json").write_text("{}")
+    write_manifest(target)  # the earlier replay finished
+
+
+@pytest.mark.parametrize("theirs", ["notes.txt", "score/mine.txt", "report.bak/x"])
+def test_a_users_file_in_the_kits_replay_folder_is_refused_and_kept(
+        tmp_path: Path, theirs: str) -> None:
+    first, target = tmp_path / "run", tmp_path / "run-replay"
+    _earlier_replay(first, target)
+    (target / theirs).parent.mkdir(parents=True, exist_ok=True)
+    (target / theirs).write_text("the user's")
+    before = sorted(p.relative_to(target).as_posix() for p in target.rglob("*"))
+    with pytest.raises(KitError, match=f"{target / theirs.split('/')[0]}.*: not a file the "
+                                       "kit's replay wrote"):
+        prepare(first, target, ("split", "score"), ORDER)
+    assert (target / theirs).read_text() == "the user's"
+    assert sorted(p.relative_to(target).as_posix() for p in target.rglob("*")) == before
+    (target / theirs).unlink()  # moved away: the replay goes on, and takes only its own
+    if theirs.startswith("report.bak"):
+        (target / "report.bak").rmdir()
+    prepare(first, target, ("split", "score"), ORDER)
+    assert sorted(p.name for p in target.iterdir()) == sorted([".lock", REPLAY_MARK, "fetch"])
