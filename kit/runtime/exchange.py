@@ -19,7 +19,10 @@ caller's file):
   into ``model_sha256``;
 - the output must be an ``.npz`` path that is not a folder, lies under no file, does not
   lie inside a staging folder, and is not (through a symbolic link, ``..`` or a hard
-  link), nor has as its ``.meta.json``, the model or the inputs.
+  link), nor has as its ``.meta.json``, the model or the inputs;
+- an output or ``.meta.json`` already there is replaced only when the kit wrote it (its
+  record beside it names its bytes, ``check_replaceable``), keeping its mode; a user's
+  file of either name is refused and left as it is.
 
 Staging folders are ``.kit-exchange-<pid>-<random>`` beside the output. A killed
 ``kit run`` leaves its folder behind; the next ``kit run`` writing beside that output
@@ -41,7 +44,15 @@ from kit.errors import InputRefused, WorkerFailed
 from kit.runtime import scratch
 from kit.runtime.backends import run_jobs, select_backend, worker_error
 from kit.runtime.runtimes import get_runtime
-from kit.runtime.worker import JobError, canonical_json, external_file, meta_path, write_atomic
+from kit.runtime.worker import (
+    JobError,
+    alive,
+    canonical_json,
+    external_file,
+    meta_path,
+    sha256_file,
+    write_atomic,
+)
 
 STAGING_PREFIX = ".kit-exchange-"
 STAGED_INPUTS = "inputs.npz"
@@ -133,6 +144,39 @@ def check_output(output: Path, protected: dict[Path, str]) -> Path:
     return output
 
 
+KIT_RECORD = {"id", "output_sha256", "runtime", "backend", "model_sha256"}
+
+
+def check_replaceable(output: Path) -> None:
+    """An output and its ``.meta.json`` that exist are replaced only when the kit wrote
+    them: the record is the kit's (``KIT_RECORD``'s fields) and names the output's sha256,
+    or that of the output a killed run was about to move in (its staging folder, its
+    process gone, still holds it); anything else is the user's and refused by name."""
+    meta = meta_path(output)
+    if not (output.exists() or meta.exists()):
+        return
+    record: Any = None
+    if meta.is_file() and not meta.is_symlink():
+        try:
+            record = json.loads(meta.read_bytes())
+        except (OSError, ValueError):
+            record = None
+    if not (isinstance(record, dict) and set(record) >= KIT_RECORD):
+        taken = meta if meta.exists() else output
+        raise InputRefused(f"{taken}: a file the kit did not write (no record of the kit's "
+                           "beside it); move it, or give --output another path")
+    if not output.exists():
+        return
+    pending = {sha256_file(path) for path in output.parent.glob(
+        f"{STAGING_PREFIX}*/out/{STAGED_OUTPUT}")
+        if not alive(scratch.owner(path.parents[1], STAGING_PREFIX) or os.getpid())}
+    if output.is_symlink() or not output.is_file() or \
+            record["output_sha256"] not in {sha256_file(output), *pending}:
+        raise InputRefused(f"{output}: a file the kit did not write (its bytes are not "
+                           f"those {meta.name} records); move it, or give --output another "
+                           "path")
+
+
 # ---------------------------------------------------------------- staging
 def remove_stale(folder: Path) -> list[Path]:
     """Remove the staging folders in ``folder`` whose process is gone; returns them."""
@@ -187,6 +231,7 @@ def exchange(runtime_name: str, model: Path, inputs: Path, output: Path,
     weights = external_data(model)
     output = check_output(Path(output), {model: "model", inputs: "inputs", **{
         path: f"external data of {model}" for path in weights.values()}})
+    check_replaceable(output)
     chosen = select_backend(backend)
     with staging(output.parent) as tmp:
         staged_in, staged_out = tmp / "in", tmp / "out"

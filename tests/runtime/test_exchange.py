@@ -117,6 +117,52 @@ def test_staging_never_touches_the_callers_files(tmp_path: Path) -> None:
     assert stat.S_IMODE((tmp_path / "y.npz").stat().st_mode) == 0o600
 
 
+def test_an_output_the_kit_did_not_write_is_refused_and_kept(tmp_path: Path) -> None:
+    """``--output y.npz`` over a user's ``y.npz`` (no record beside it), a user's
+    ``y.meta.json`` alone, or a kit output whose bytes the user replaced: refused by name,
+    each file as it was; a kit output is replaced."""
+    model, inputs = add_model(tmp_path / "m.onnx"), add_inputs(tmp_path / "x.npz")
+    out = tmp_path / "y.npz"
+    for theirs, refused in ((out, out), (meta_path(out), meta_path(out))):
+        theirs.write_bytes(b"the user's")
+        proc = _run_add(tmp_path, model, inputs, out)
+        _refused(proc, f"{refused}: a file the kit did not write")
+        assert theirs.read_bytes() == b"the user's"
+        theirs.unlink()
+    assert _run_add(tmp_path, model, inputs, out).returncode == 0
+    ours = out.read_bytes()
+    assert _run_add(tmp_path, model, inputs, out).returncode == 0  # the kit's: replaced
+    assert out.read_bytes() == ours
+    write_npz(out, {"y": np.zeros((2, 2), np.float32)})  # the user's bytes now
+    changed = out.read_bytes()
+    proc = _run_add(tmp_path, model, inputs, out)
+    _refused(proc, f"{out}: a file the kit did not write (its bytes are not those "
+                   "y.meta.json records)")
+    assert out.read_bytes() == changed
+
+
+def test_a_run_killed_between_its_two_renames_is_finished_by_the_next(tmp_path: Path) -> None:
+    """Killed after the record moved in and before the output did: the record names the
+    output the dead run's staging folder still holds, so the next run takes both as the
+    kit's and replaces them."""
+    model, inputs = add_model(tmp_path / "m.onnx"), add_inputs(tmp_path / "x.npz")
+    out = tmp_path / "y.npz"
+    assert _run_add(tmp_path, model, inputs, out).returncode == 0
+    expected = out.read_bytes()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    pending = tmp_path / f".kit-exchange-{dead.pid}-abcdefgh" / "out" / "output.npz"
+    pending.parent.mkdir(parents=True)
+    write_npz(pending, {"y": np.ones((2, 2), np.float32)})
+    record = json.loads(meta_path(out).read_text())
+    record["output_sha256"] = hashlib.sha256(pending.read_bytes()).hexdigest()
+    meta_path(out).write_text(json.dumps(record))  # the new record, the old output
+    proc = _run_add(tmp_path, model, inputs, out)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes() == expected
+    assert not pending.parents[1].exists()
+
+
 def _output_cases(tmp_path: Path) -> dict[str, tuple[Path, Path, Path, str]]:
     """name -> (model, inputs, output, what the refusal says)."""
     model = add_model(tmp_path / "m.onnx")
