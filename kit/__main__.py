@@ -160,7 +160,8 @@ def _sweep(args: argparse.Namespace) -> int:
     folder = args.run or ROOT / "runs" / "sweep-digits"
     run_sweep(folder, drift_protocol=args.protocol or PROTOCOL, releases=args.releases,
               levels=args.levels, threads=args.threads, backend=args.backend,
-              scheduler=args.scheduler, workers=args.workers, drift_run=args.drift_run)
+              scheduler=args.scheduler, workers=args.workers, drift_run=args.drift_run,
+              models=args.models)
     print(folder)
     return 0
 

@@ -63,6 +63,9 @@ def _add_drift_commands(add: Add) -> None:
     sweep.add_argument("--backend", choices=["docker", "venv"])
     sweep.add_argument("--drift-run", type=Path, metavar="RUN",
                        help="a finished drift run: also put Polygraphy to its fault matrix")
+    sweep.add_argument("--models", choices=["train", "shipped"], default="train",
+                       help="train the digits models (default) or start from the shipped ones "
+                            "and their training weights (claims/drift/weights/digits)")
     add_scale_options(sweep)
     poly = add("polygraphy", help="Polygraphy's default comparison on a finished drift run's "
                                   "fault matrix, beside the calibrated detectors")

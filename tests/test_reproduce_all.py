@@ -254,8 +254,9 @@ def test_a_changed_shipped_model_or_another_recipe_is_refused(tmp_path: Path) ->
 def test_every_step_starts_from_the_shipped_weights_on_a_cpu_that_differs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """auto retrains only on the very CPU that made a study's evidence (same model and
-    flags); on any other, every step that trains starts from the shipped weights, except
-    the sweep, which cannot (and says so); a retrain elsewhere is judged by the spread."""
+    flags); on any other, every step that trains starts from the shipped weights, the
+    sweep included (its BatchNormalization-kept export from the shipped training weights);
+    a retrain elsewhere is judged by the spread."""
     from kit.machine import fingerprint
     from kit.reproduce import command
 
@@ -270,8 +271,8 @@ def test_every_step_starts_from_the_shipped_weights_on_a_cpu_that_differs(
         record.write_text(json.dumps(other))  # the evidence machine's record, faked
         models = command.resolve_models("auto", False, steps)
         assert models == {"drift": "shipped", "corpus-detectors": "shipped",
-                          "sciml": "shipped", "sweep": "train"}
-        assert command.retrained(models) == ["realdrift/digits"]
+                          "sciml": "shipped", "sweep": "shipped"}
+        assert command.retrained(models) == []
         trained = command.resolve_models("train", False, steps)
         assert command.retrained(trained) == ["corpus/detectors", "drift/digits",
                                               "realdrift/digits", "sciml/kit"]

@@ -98,7 +98,8 @@ def ship(run: Path, study: str = "drift", root: Path | None = None) -> Path:
     if (run / "sweep" / "sweep.json").is_file():
         names = [*REALDRIFT_SHIPPED, *(name for name in REALDRIFT_OPTIONAL
                                        if (run / name).is_file())]
-        return _ship_files(run, root, ("realdrift", substrate), names, path)
+        return _ship_files(run, root, ("realdrift", substrate), names, path,
+                           weights=substrate == "digits")
     names = _model_files(run / "fetch" / "fetch.json") if substrate == "digits" else []
     path = run / "score" / "score.json"
     tables = _field(read_json(path), path, "tables", dict)
@@ -106,7 +107,33 @@ def ship(run: Path, study: str = "drift", root: Path | None = None) -> Path:
         plain_name(_field(entry, path, f"tables.{key}.path", str), path, f"tables.{key}.path")
         for key, entry in tables.items()]
     return _ship_files(run, root, (plain_name(study, run, "the study", 1), substrate),
-                       names, path)
+                       names, path, weights=substrate == "digits")
+
+
+def _ship_weights(run: Path, root: Path) -> None:
+    """The training weights of a digits run's models into ``claims/drift/weights/digits``
+    (``kit.claims.verify.training_weights_problems``): each taken from the training cache
+    where fetch trained it, written only when the shipped file is not those bytes already
+    (a run on the shipped models finds them there), each checked against the sha256 the
+    run's fetch record names before it is written."""
+    from kit.drift.stages.fetch import training_weights
+    from kit.files import sha256, write_atomic
+    from kit.runfolder import TRAINING_CACHE, Run
+
+    folder = root / "claims" / "drift" / "weights" / "digits"
+    record = run / "fetch" / "fetch.json"
+    models = _field(read_json(record), record, "models", dict)
+    cached = _field(read_json(run / TRAINING_CACHE), run / TRAINING_CACHE, "models", dict)
+    for name, entry in sorted(models.items()):
+        target = folder / f"{plain_name(name, record, 'models', 1)}.pt"
+        digest = _field(entry, record, f"models.{name}.weights_sha256", str)
+        if target.is_file() and not target.is_symlink() and sha256(target) == digest:
+            continue
+        source = training_weights(Run(run), name, cached.get(name, {}), digest)
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            raise KitError(f"{folder}: not a folder of the checkout; move it away")
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, source.read_bytes())
 
 
 def _model_files(path: Path) -> list[str]:
@@ -130,11 +157,12 @@ def _field(record: Any, source: Path, field: str, kind: type) -> Any:
 
 
 def _ship_files(run: Path, root: Path, where: tuple[str, str], names: list[str],
-                source: Path) -> Path:
+                source: Path, weights: bool = False) -> Path:
     """Copy ``names`` (read from ``source``) of ``run`` into
     ``root/claims/<where[0]>/evidence/<where[1]>``: every name checked and every file
     found before the staging folder is made, the old target replaced only when the new one
-    is complete."""
+    is complete. ``weights``: the digits models' training weights too (``_ship_weights``),
+    once every check passed."""
     claims = root / "claims"
     target = claims / where[0] / "evidence" / where[1]
     copies = [(inside(run, name, source, "a listed file"), name) for name in names]
@@ -152,6 +180,8 @@ def _ship_files(run: Path, root: Path, where: tuple[str, str], names: list[str],
     if claims.resolve() not in parent.resolve().parents:
         raise KitError(f"{parent}: resolves outside {claims}; ship writes only under it")
     parent.mkdir(parents=True, exist_ok=True)
+    if weights:
+        _ship_weights(run, root)
 
     def fill(staging: Path) -> None:
         refuse_leftovers(root, besides=staging)  # a live writer's temporaries: refused

@@ -118,6 +118,40 @@ def _shipped_run_problems(manifest: Path) -> list[str]:
     return problems
 
 
+def training_weights_problems(root: Path) -> list[str]:
+    """The digits models' training weights ship (``claims/drift/weights/digits/<model>.pt``)
+    with the sha256 every shipped digits fetch record names for that model (the real-drift
+    sweep's export with BatchNormalization kept starts from them, ``sweep --models
+    shipped``); a weights file no record names is refused too."""
+    folder = root / "claims" / "drift" / "weights" / "digits"
+    named: set[str] = set()
+    problems = []
+    for record in sorted((root / "claims").glob("*/evidence/digits/fetch/fetch.json")):
+        problems += collect(_weights_of, record, folder, named)
+    if folder.is_dir():
+        problems += [f"{path}: training weights no shipped fetch record names; {RESTORE}"
+                     for path in sorted(folder.iterdir()) if path.name not in named]
+    return problems
+
+
+def _weights_of(record: Path, folder: Path, named: set[str]) -> list[str]:
+    from kit.runfolder import plain_name
+
+    models = read_record(record).get("models")
+    problems = []
+    for name, entry in sorted(models.items() if isinstance(models, dict) else []):
+        digest = entry.get("weights_sha256") if isinstance(entry, dict) else None
+        path = folder / f"{plain_name(name, record, 'a models key', segments=1)}.pt"
+        named.add(path.name)
+        if not path.is_file() or path.is_symlink():
+            problems.append(f"{path}: missing; {record} names model {name}'s training "
+                            f"weights (sha256 {digest}): ship them ({RESTORE})")
+        elif sha256(path) != digest:
+            problems.append(f"{path}: sha256 {sha256(path)}, but {record} names {digest} "
+                            f"for {name}'s training weights; {RESTORE}")
+    return problems
+
+
 def paper_pin_problems(root: Path, ledgers: list[dict[str, Any]]) -> list[str]:
     """Evidence shipped for the paper's substrate must come from the pinned upstream
     assets (``kit/drift/assets.py``): a run under another pins file (``--asset-pins``, e.g. the
@@ -246,7 +280,8 @@ def evaluate_all(root: Path, ledger_paths: list[Path], problems: list[str],
             ledgers.append(load_ledger(path))
         except KitError as exc:
             problems.append(str(exc))
-    for check in (check_manifests, run_manifest_problems, check_trajectories):
+    for check in (check_manifests, run_manifest_problems, check_trajectories,
+                  training_weights_problems):
         problems += collect(check, root)
     problems += collect(check_schemas, root, ledgers,
                         "none" if only else "deep" if deep else "summaries")

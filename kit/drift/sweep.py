@@ -5,8 +5,10 @@ cell (1.20.1, disable_all, 1 thread). ``nox -s sweep`` / ``python -m kit sweep``
 Run folder (default ``runs/sweep-digits``), resumable like the drift stages:
 
     fetch/, split/        the drift study's stages (the same bytes as a drift run)
-    sweep/models/         each model exported with BatchNormalization kept (+ sketch graph);
-                          the folded export is fetch's
+    sweep/models/         each model exported with BatchNormalization kept (+ sketch graph),
+                          from the training weights fetch's record names (the cache's, or
+                          the shipped ones under claims/drift/weights/digits); the folded
+                          export is fetch's
     sweep/levels.json     what each release's own worker says it offers
     sweep/cells/<release>/<level>-t<threads>/<model>.<export>/<graph>-<cond>.npz
                           one job each (+ ``.meta.json``), skipped on a rerun when complete
@@ -42,12 +44,13 @@ from kit.drift.export import export_onnx
 from kit.drift.instrument import instrument
 from kit.drift.polygraphy_check import fault_matrix, polygraphy_fails, version
 from kit.drift.protocol import PROTOCOL, load_protocol
+from kit.drift.stages.fetch import training_weights
 from kit.drift.stages.infer import is_done
 from kit.drift.stages.pipeline import digits_images
 from kit.drift.sweep_report import write_report
 from kit.errors import ConfigError, KitError
 from kit.files import canonical_json, load_npz, read_json, read_yaml, sha256, write_atomic
-from kit.paths import ROOT, cache_dir
+from kit.paths import ROOT
 from kit.runfolder import CPU_TIMES, TRAINING_CACHE, Run, cpu_seconds, record_timing, say
 from kit.runlock import hold
 from kit.runtime.backends import describe_runtime
@@ -153,10 +156,7 @@ def export_unfolded(drift: dict[str, Any], run: Run) -> dict[str, dict[str, dict
     graphs = {}
     for name in drift["models"]:
         entry = fetched["models"][name]
-        weights = cache_dir() / "digits-models" / keys[name]["cache_key"][:16] / f"{name}.pt"
-        if not weights.is_file() or sha256(weights) != entry["weights_sha256"]:
-            raise KitError(f"{weights}: not the weights {run.root} was fetched with "
-                           f"(sha256 {entry['weights_sha256']}); rerun fetch there")
+        weights = training_weights(run, name, keys.get(name, {}), entry["weights_sha256"])
         plain = run.stage("sweep") / "models" / f"{name}.unfolded.onnx"
         if not plain.is_file():
             model = load_checkpoint(name, weights, fetched["classes"])
@@ -285,10 +285,13 @@ def run_sweep(run_dir: Path, *, protocol_file: Path = REALDRIFT,
               drift_protocol: Path = PROTOCOL, releases: list[str] | None = None,
               levels: list[str] | None = None, threads: list[int] | None = None,
               backend: str | None = None, scheduler: str | None = None,
-              workers: int | None = None, drift_run: Path | None = None) -> dict[str, Any]:
+              workers: int | None = None, drift_run: Path | None = None,
+              models: str = "train") -> dict[str, Any]:
     """Run (or resume) the sweep in ``run_dir``; returns its record. ``drift_run``: a
     finished drift run whose fault matrix Polygraphy is also put to
-    (``sweep/polygraphy/fault-matrix.json``)."""
+    (``sweep/polygraphy/fault-matrix.json``); ``models``: fetch trains the digits models
+    or takes the shipped ones (and the export with BatchNormalization kept the shipped
+    training weights)."""
     protocol = load_sweep_protocol(protocol_file)
     drift = load_protocol(drift_protocol)
     chosen = choose_releases(protocol, releases)
@@ -296,7 +299,7 @@ def run_sweep(run_dir: Path, *, protocol_file: Path = REALDRIFT,
     runtimes = {release: release_runtime(release) for release in chosen}
     with hold(run_dir) as root:
         run = Run(root)
-        conds = digits_images(run, backend, drift_protocol)  # timed as fetch and split
+        conds = digits_images(run, backend, drift_protocol, models)  # timed as fetch, split
         started, cpu = time.monotonic(), cpu_seconds()
         described = release_levels(runtimes, levels, backend)  # builds missing environments
         all_cells = cells(protocol, described, threads)

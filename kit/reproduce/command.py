@@ -21,8 +21,9 @@ them. ``auto`` (the default) trains only on the very CPU that made that study's 
 (the same model and CPU flags, ``kit.machine``) and starts from the shipped
 weights on any CPU that differs. After a retrain on another CPU the files are judged
 against the study's own seed spread (``kit.spread``) and the verdict is the status diff
-alone (said so). The sweep always trains: its BatchNormalization-kept export needs the
-training weights, which its evidence does not ship; the plan says so.
+alone (said so). The sweep's shipped models are the drift study's, and its export with
+BatchNormalization kept starts from their shipped training weights
+(``claims/drift/weights/digits``, pinned by the fetch record's sha256).
 
 ``--small`` runs every study's small configuration (minutes) into ``runs/small``. Its
 numbers are not the shipped configuration's, so nothing is compared with the shipped
@@ -61,9 +62,6 @@ MODEL_EVIDENCE = {"drift": SHIPPED_MACHINE, "corpus-detectors": SHIPPED_MACHINE,
 JUDGED_AS = {"drift": "drift/digits", "corpus": "corpus/kit",
              "corpus-detectors": "corpus/detectors", "sciml": "sciml/kit",
              "sweep": "realdrift/digits"}
-# The steps that cannot start from shipped weights, and why.
-TRAINS_ALWAYS = {"sweep": "its BatchNormalization-kept export needs the training weights, "
-                          "which the evidence does not ship"}
 
 
 def same_cpu(shipped: Path, here: dict[str, Any] | None = None) -> bool:
@@ -84,7 +82,7 @@ def resolve_models(asked: str, small: bool, steps: list[str],
     for step in steps:
         if step not in MODEL_EVIDENCE:
             continue
-        if small or step in TRAINS_ALWAYS:
+        if small:
             found[step] = "train"
         elif asked != "auto":
             found[step] = asked
@@ -113,8 +111,8 @@ def run_command(args: argparse.Namespace) -> int:
         say(f"reproduce-all: {step}: left out of --small ({NOT_SMALL[step]})")
     models = resolve_models(args.models, args.small, steps)
     for step, source in models.items():
-        why = ("the small configuration trains" if args.small else TRAINS_ALWAYS.get(step)
-               or (f"--models {args.models}" if args.models != "auto" else
+        why = ("the small configuration trains" if args.small else
+               (f"--models {args.models}" if args.models != "auto" else
                    "this is the CPU that made its evidence" if source == "train" else
                    f"this CPU is not the one that made its evidence ({MODEL_EVIDENCE[step]})"))
         say(f"reproduce-all: {step}: models {source} ({why})")

@@ -180,7 +180,8 @@ def sweep_argv(o: Options) -> list[list[str]]:
                   "--levels", *SMALL_LEVELS, "--threads", "1", "2"]
     if drift_finished(Run(o.folder("drift"))):  # Polygraphy on its fault matrix too
         subset += ["--drift-run", str(o.folder("drift"))]
-    return [["sweep", "--run", str(o.folder("sweep")), *subset, *_scale(o)]]
+    return [["sweep", "--run", str(o.folder("sweep")), *subset, "--models", o.model("sweep"),
+             *_scale(o)]]
 
 
 # Each step is its study's own commands (``python -m kit ARGV``), each run in a process of

@@ -5,6 +5,7 @@ good run replaces its target and nothing beside it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -14,6 +15,9 @@ import kit.claims.ship as shipping
 from kit.__main__ import main
 from kit.claims.ship import SHIPPED, ship
 from kit.errors import KitError
+
+
+WEIGHTS = hashlib.sha256(b"m's weights").hexdigest()
 
 
 def listing(folder: Path) -> list[str]:
@@ -29,7 +33,10 @@ def crafted(tmp_path: Path, substrate: str, table: str, model: str = "fetch/mode
         (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_text("{}")
     (run / "fetch" / "fetch.json").write_text(json.dumps(
-        {"substrate": substrate, "models": {"m": {"onnx": model}}}))
+        {"substrate": substrate, "models": {"m": {"onnx": model, "weights_sha256": WEIGHTS}}}))
+    (run / "training-cache.json").write_text('{"models": {"m": {"from": "shipped evidence"}}}')
+    (root / "claims" / "drift" / "weights" / "digits").mkdir(parents=True)
+    (root / "claims" / "drift" / "weights" / "digits" / "m.pt").write_text("m's weights")
     (run / "fetch" / "models").mkdir()
     (run / "fetch" / "models" / "m.onnx").write_text("a model")
     (run / "score" / "score.json").write_text(f'{{"tables": {{"primary": {{"path": "{table}"}}}}}}')
@@ -78,7 +85,8 @@ def test_a_link_out_of_the_run_is_refused(tmp_path: Path) -> None:
     with pytest.raises(KitError, match=r"score\.json: a listed file 'score/link\.csv' leads "
                                        r"out of .*outside\.txt"):
         ship(run, root=root)
-    assert listing(root / "claims") == ["drift", "drift/evidence"]
+    assert listing(root / "claims") == ["drift", "drift/evidence", "drift/weights",
+                                        "drift/weights/digits", "drift/weights/digits/m.pt"]
 
 
 @pytest.mark.parametrize("record", ["manifest.json", "machine.json", "replay.json"])
@@ -89,7 +97,8 @@ def test_a_run_record_linked_out_of_the_run_is_refused(tmp_path: Path, record: s
     (run / record).symlink_to(tmp_path / "outside.txt")
     with pytest.raises(KitError, match=rf"a run record|the run manifest '{record}' leads out"):
         ship(run, root=root)
-    assert listing(root / "claims") == ["drift", "drift/evidence"]
+    assert listing(root / "claims") == ["drift", "drift/evidence", "drift/weights",
+                                        "drift/weights/digits", "drift/weights/digits/m.pt"]
 
 
 def test_a_good_ship_replaces_its_target_and_nothing_beside_it(
@@ -112,8 +121,35 @@ def test_a_good_ship_replaces_its_target_and_nothing_beside_it(
                for b in ("digits.tmp", ".digits.tmp", "cifar100"))
 
 
+def test_a_run_that_trained_ships_its_training_weights_from_the_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The weights fetch trained (the training cache, by the key the run names) go to
+    ``claims/drift/weights/digits`` when the shipped file is not those bytes; weights of
+    other bytes than the fetch record names are refused by name before any write."""
+    run, root = crafted(tmp_path, "digits", "score/t.csv")
+    monkeypatch.setattr(shipping, "write_manifests", lambda root: None)
+    monkeypatch.setenv("KIT_CACHE", str(tmp_path / "cache"))
+    key = "ab" * 32
+    cached = tmp_path / "cache" / "digits-models" / key[:16] / "m.pt"
+    cached.parent.mkdir(parents=True)
+    cached.write_text("retrained")
+    (run / "training-cache.json").write_text(json.dumps({"models": {"m": {"cache_key": key}}}))
+    shipped = root / "claims" / "drift" / "weights" / "digits" / "m.pt"
+    record = json.loads((run / "fetch" / "fetch.json").read_text())
+    record["models"]["m"]["weights_sha256"] = hashlib.sha256(b"other").hexdigest()
+    (run / "fetch" / "fetch.json").write_text(json.dumps(record))
+    with pytest.raises(KitError, match="no training weights of m with the sha256"):
+        ship(run, root=root)
+    assert shipped.read_text() == "m's weights"
+    record["models"]["m"]["weights_sha256"] = hashlib.sha256(b"retrained").hexdigest()
+    (run / "fetch" / "fetch.json").write_text(json.dumps(record))
+    ship(run, root=root)
+    assert shipped.read_text() == "retrained"
+
+
 def test_a_missing_file_writes_nothing(tmp_path: Path) -> None:
     run, root = crafted(tmp_path, "digits", "score/absent.csv")
     with pytest.raises(KitError, match=r"score/absent\.csv: missing"):
         ship(run, root=root)
-    assert listing(root / "claims") == ["drift", "drift/evidence"]
+    assert listing(root / "claims") == ["drift", "drift/evidence", "drift/weights",
+                                        "drift/weights/digits", "drift/weights/digits/m.pt"]

@@ -29,6 +29,7 @@ from kit.claims.verify import (
     check_manifests,
     check_trajectories,
     run_manifest_problems,
+    training_weights_problems,
     verify,
 )
 from kit.drift.replay import compare_runs
@@ -761,3 +762,30 @@ def test_a_split_copy_that_differs_from_the_drift_studys_is_named(tmp_path: Path
     copy.write_text(copy.read_text().replace('"heldout"', '"calibration"', 1))
     [problem] = split_copies(tmp_path, ledgers)
     assert problem.startswith(f"{copy}: differs from the drift study's split")
+
+
+def test_the_shipped_training_weights_are_those_every_digits_fetch_record_names(
+        tmp_path: Path) -> None:
+    """A weights file missing, of other bytes, or named by no fetch record is a failed
+    check naming it; the checkout's own weights pass."""
+    assert training_weights_problems(ROOT) == []
+    weights = tmp_path / "claims" / "drift" / "weights" / "digits"
+    weights.mkdir(parents=True)
+    (weights / "a.pt").write_bytes(b"a's weights")
+    for study in ("drift", "realdrift"):
+        record = tmp_path / "claims" / study / "evidence" / "digits" / "fetch" / "fetch.json"
+        record.parent.mkdir(parents=True)
+        record.write_text(json.dumps({"models": {
+            "a": {"weights_sha256": sha256(weights / "a.pt")},
+            "b": {"weights_sha256": "0" * 64}}}))
+    found = training_weights_problems(tmp_path)
+    assert len(found) == 2
+    assert all(p.startswith(f"{weights / 'b.pt'}: missing;") for p in found)
+    (weights / "b.pt").write_bytes(b"other bytes")
+    (weights / "c.pt").write_bytes(b"nobody's")
+    found = training_weights_problems(tmp_path)
+    assert found[0].startswith(f"{weights / 'b.pt'}: sha256 {sha256(weights / 'b.pt')}, "
+                               f"but {tmp_path / 'claims' / 'drift'}")
+    assert found[-1].startswith(f"{weights / 'c.pt'}: training weights no shipped fetch "
+                                "record names")
+    assert len(found) == 3

@@ -206,3 +206,36 @@ def test_a_thread_count_out_of_bounds_is_refused_before_anything(
     assert f"intra-op thread counts must be 1 to 256, not {threads[1]}" in \
         capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_export_with_batchnorm_kept_from_the_shipped_weights_is_the_shipped_one(
+        tmp_path: Path) -> None:
+    """``sweep --models shipped`` exports each model with BatchNormalization kept from the
+    shipped training weights (``claims/drift/weights/digits``): every model's graphs are
+    the bytes the shipped sweep evidence's run manifest lists, so the sweep replays on them on
+    any CPU; weights of other bytes are refused by name."""
+    from kit.drift.protocol import load_protocol
+    from kit.drift.stages.fetch import SHIPPED_DIGITS, SHIPPED_WEIGHTS, training_weights
+    from kit.drift.sweep import export_unfolded
+    from kit.errors import KitError
+    from kit.files import sha256
+    from kit.paths import ROOT
+    from kit.runfolder import TRAINING_CACHE, Run
+
+    run = Run(tmp_path / "run")
+    shipped = json.loads((SHIPPED_DIGITS / "fetch" / "fetch.json").read_text())
+    run.write_record("fetch", shipped)
+    (run.root / TRAINING_CACHE).write_text(json.dumps({"models": {name: {
+        "from": "shipped evidence"} for name in shipped["models"]}}))  # as fetch writes it
+    graphs = export_unfolded(load_protocol(), run)
+    listed = json.loads((ROOT / "claims" / "realdrift" / "evidence" / "digits" /
+                         "run-manifest.json").read_text())["files"]
+    assert sorted(graphs) == ["mobilenetv2_x0_5", "resnet20", "vgg11_bn"]
+    for model in graphs.values():
+        for name in model["unfolded"].values():
+            assert sha256(run.root / name) == listed[name], name
+    digest = shipped["models"]["resnet20"]["weights_sha256"]
+    assert training_weights(run, "resnet20", {}, digest) == SHIPPED_WEIGHTS / "resnet20.pt"
+    with pytest.raises(KitError, match=r"no training weights of resnet20 with the sha256 "
+                                       r"its fetch record names \(0{64}\)"):
+        training_weights(run, "resnet20", {"cache_key": "f" * 64}, "0" * 64)

@@ -46,6 +46,10 @@ SUBSTRATES = ("digits", "cifar100")
 MODEL_SOURCES = ("train", "shipped")
 # The shipped digits evidence, whose fetch/models are the shipped models.
 SHIPPED_DIGITS = ROOT / "claims" / "drift" / "evidence" / "digits"
+# The training weights (torch state_dicts, ``<model>.pt``) behind that evidence, pinned by
+# the weights_sha256 of its fetch record (verify checks them): the real-drift sweep's export
+# with BatchNormalization kept starts from them (``sweep --models shipped``).
+SHIPPED_WEIGHTS = ROOT / "claims" / "drift" / "weights" / "digits"
 # images, labels, normalisation mean, std, and per model (weights file, its provenance)
 Loaded = tuple[Any, Any, list[float], list[float], dict[str, tuple[Path, dict[str, Any]]]]
 
@@ -216,3 +220,18 @@ def run_fetch(protocol: dict[str, Any], run: Run, substrate: str,
               "images": len(images), "models": models, **pinned}
     run.write_record("fetch", result)
     return result
+
+
+def training_weights(run: Run, name: str, cached: dict[str, Any], digest: str) -> Path:
+    """The training weights model ``name`` of ``run`` was exported from (sha256 ``digest``,
+    its fetch record's): the training cache's when fetch trained it (``cached`` names the
+    key), else the shipped ones (``SHIPPED_WEIGHTS``, those behind the shipped evidence)."""
+    places = [SHIPPED_WEIGHTS / f"{name}.pt"]
+    if isinstance(cached.get("cache_key"), str):
+        places.insert(0, cache_dir() / "digits-models" / cached["cache_key"][:16] / f"{name}.pt")
+    for weights in places:
+        if weights.is_file() and not weights.is_symlink() and sha256(weights) == digest:
+            return weights
+    raise KitError(f"{run.root}: no training weights of {name} with the sha256 its fetch "
+                   f"record names ({digest}) in {' or '.join(map(str, places))}; rerun fetch "
+                   "there")
