@@ -16,7 +16,6 @@ from kit.__main__ import main
 from kit.claims.ship import SHIPPED, ship
 from kit.errors import KitError
 
-
 WEIGHTS = hashlib.sha256(b"m's weights").hexdigest()
 
 
