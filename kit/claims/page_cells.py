@@ -87,9 +87,9 @@ def _attrs(claim: dict[str, Any]) -> str:
 
 
 def _explain(claim: dict[str, Any], page_dir: Path, root: Path) -> str:
-    """What a cell opens to (a click, or Enter on its focused summary): the rule and what
-    it compared, where each threshold comes from, the note, the evidence (linked) and the
-    command that prints the same."""
+    """What a cell opens to (a click, Enter, or keyboard focus on its summary): the rule
+    and what it compared, where each threshold comes from, the note, the evidence (linked)
+    and the command that prints the same."""
     items = [("rule", _e(claim.get("rule", ""))),
              *(("threshold from", _e(t)) for t in claim.get("thresholds") or []),
              ("note", _e(claim.get("note") or "")),

@@ -135,6 +135,19 @@ SCRIPT = """
     target.scrollIntoView();
     var top=target.getBoundingClientRect().top, r=bar?bar.getBoundingClientRect():null;
     document.body.dataset.jump=r&&r.top<=top&&top<r.bottom-1?'under':'clear';}
+  // keyboard focus on a cell or row shows what it explains, and leaving it closes what
+  // focus alone opened; a click or Enter keeps it open (the focus that a click brings
+  // first does not make that click close it again)
+  document.querySelectorAll('details.entry>summary,details.note>summary').forEach(function(s){
+    var d=s.parentElement;
+    s.addEventListener('focus',function(){
+      if(!d.open){d.open=true;d.dataset.byFocus='1';}});
+    s.addEventListener('click',function(ev){
+      if(d.dataset.byFocus){ev.preventDefault();delete d.dataset.byFocus;}});
+    d.addEventListener('focusout',function(ev){
+      if(d.dataset.byFocus&&!d.contains(ev.relatedTarget)){
+        d.open=false;delete d.dataset.byFocus;}});
+  });
   document.body.dataset.ready='yes';
 })();
 """

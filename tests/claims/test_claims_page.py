@@ -198,7 +198,8 @@ def test_effect_text() -> None:
 def test_chromium_loads_the_shipped_claims_page_at_two_widths(tmp_path: Path) -> None:
     """The page verify writes from the shipped evidence, in headless Chromium at 1,024 and
     1,400 px: its script runs to the end (no error), nothing overflows horizontally, the
-    status and claim filters change what is shown, and every link leads to a file."""
+    status and claim filters change what is shown, every link leads to a file, and a cell
+    explains itself on a click or on keyboard focus."""
     from kit.claims.verify import verify
 
     chromium = _chromium()
@@ -247,6 +248,28 @@ def test_chromium_loads_the_shipped_claims_page_at_two_widths(tmp_path: Path) ->
                      "<dt>evidence</dt><dd><a href=", f"verify --claim {anchor[:5]}"):
             assert part in cell
         assert 'data-jump="clear"' in dom
+    # keyboard focus shows a cell's explanation and leaving closes it; a click keeps it
+    harness = page.with_name("focus.html")
+    harness.write_text(text.replace("</body>", FOCUS_SCRIPT + "</body>"))
+    dom = _headless(chromium, tmp_path / "home-focus", "--window-size=1024,900",
+                    "--dump-dom", harness.as_uri()).stdout
+    assert ('data-focused="open" data-left="closed" data-next="open" data-clicked="open" '
+            'data-kept="open"') in dom
+
+
+# Run after the page's own script, as a keyboard user's Tab and Enter would: focus one
+# cell, move on to the next, click that one, then move back.
+FOCUS_SCRIPT = """<script>
+var s=document.querySelector('#B-215-kit details.entry>summary'); s.focus();
+document.body.dataset.focused=s.parentElement.open?'open':'closed';
+var t=document.querySelector('#B-077-kit details.entry>summary'); t.focus();
+document.body.dataset.left=s.parentElement.open?'open':'closed';
+document.body.dataset.next=t.parentElement.open?'open':'closed';
+t.click();
+document.body.dataset.clicked=t.parentElement.open?'open':'closed';
+s.focus();
+document.body.dataset.kept=t.parentElement.open?'open':'closed';
+</script>"""
 
 
 def test_chromium_renders_the_page(page: Path, tmp_path: Path) -> None:
