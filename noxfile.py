@@ -171,13 +171,15 @@ def hardening(session: nox.Session) -> None:
     """The kill harness at every write of each command it covers (the default tests kill
     at every fourth or at a few moments): tests/kill_at.py, tests/claims/test_ship_killed.py,
     test_reports_killed.py, test_verify_killed.py, test_replay_record_killed.py,
-    tests/runtime/test_run_killed.py, tests/test_audit_killed.py, reproduce-all's, the SciML
+    tests/runtime/test_run_killed.py, tests/test_audit_killed.py,
+    tests/test_writers_killed.py (sciml-report, polygraphy --out), reproduce-all's, the SciML
     study's, the corpus study's, its detector study's, the sweep's and the archive's."""
     session.run(_python(), "-m", "pytest", "-q", "tests/claims/test_ship_killed.py",
                 "tests/claims/test_reports_killed.py", "tests/claims/test_verify_killed.py",
                 "tests/claims/test_replay_record_killed.py",
                 "tests/runtime/test_run_killed.py", "tests/test_audit_killed.py",
-                "tests/test_reproduce_killed.py", "tests/sciml/test_sciml_killed.py",
+                "tests/test_writers_killed.py", "tests/test_reproduce_killed.py",
+                "tests/sciml/test_sciml_killed.py",
                 "tests/corpus/test_corpus_killed.py",
                 "tests/corpus/test_corpus_detectors_killed.py",
                 "tests/drift/test_sweep_killed.py", "tests/claims/test_archive_killed.py",
