@@ -148,3 +148,39 @@ def html_page(title: str, heading: str, provenance: dict[str, Any],
         parts.append(f"<tr><th>{html.escape(key)}</th><td><code>{html.escape(str(value))}"
                      "</code></td></tr>")
     return "\n".join([*parts, f"</table>{MEASURE}</body></html>"]) + "\n"
+
+
+# What each study's figures are decided under, as the claims page decides them.
+RULES = {
+    "drift": ("the drift protocol as the evidence's own copy records it "
+              "(score/protocol.yaml); the claims page decides every number by "
+              "claims/drift.yaml"),
+    "sciml": ("the MR cards of kit/sciml/cards as the evidence's verdicts name them; the "
+              "claims page decides every number by claims/sciml.yaml"),
+}
+
+
+def rules_shown(study: str, protocols: Path | None = None) -> str:
+    """Which rule or revision a study's report figures use (``RULES``, or, for a study with
+    frozen hypotheses, from ``kit/protocols/<study>.revisions.yaml``: the first commit, the
+    revisions and whether any came after the study's evidence existed), in the claims
+    page's terms."""
+    if study in RULES:
+        return RULES[study]
+    from kit.files import read_yaml
+    from kit.paths import ROOT
+
+    record = (protocols or ROOT / "kit" / "protocols") / f"{study}.revisions.yaml"
+    revisions = read_yaml(record)
+    first, later = revisions["first_committed"]["commit"], revisions["revisions"]
+    after = [r for r in later if r.get("evidence_existed")]
+    head = f"kit/protocols/{study}.yaml, first committed in {first}"
+    if not later:
+        return f"{head} and never revised: the figures and the claims page use it"
+    told = f"{'one revision' if len(later) == 1 else f'{len(later)} revisions'} ({record.name})"
+    if not after:
+        return (f"{head}; {told}, none after its evidence existed: the figures and the claims "
+                "page use the protocol the evidence records")
+    return (f"{head}; {told}, {len(after)} after its evidence existed: the claims page "
+            "decides under the rules as first committed, the figures show the evidence as "
+            "recorded")

@@ -33,7 +33,7 @@ from kit.errors import KitError
 from kit.files import read_json, sha256, write_atomic
 from kit.owned import publish, staged, written
 from kit.paths import ROOT
-from kit.reporting import MEASURE, STYLE, pyplot
+from kit.reporting import MEASURE, STYLE, pyplot, rules_shown
 from kit.runfolder import SHIPPED_MANIFEST
 
 
@@ -55,7 +55,8 @@ def _drift(evidence: Path, out: Path) -> Path:
     run = Run(evidence)
     provenance = {"evidence": evidence.relative_to(ROOT),
                   "substrate": run.record("fetch")["substrate"],
-                  "run manifest sha256": sha256(evidence / SHIPPED_MANIFEST)}
+                  "run manifest sha256": sha256(evidence / SHIPPED_MANIFEST),
+                  "rules": rules_shown("drift")}
     if (evidence / "machine.json").is_file():
         provenance.update({f"machine {k}": v for k, v in
                            read_json(evidence / "machine.json").items()})

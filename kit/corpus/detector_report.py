@@ -19,7 +19,15 @@ from typing import Any
 import numpy as np
 
 from kit.files import read_json, write_atomic
-from kit.reporting import PageFigure, PageTable, html_page, pyplot, save_png, write_table
+from kit.reporting import (
+    PageFigure,
+    PageTable,
+    html_page,
+    pyplot,
+    rules_shown,
+    save_png,
+    write_table,
+)
 
 SHOWN = ("direct", "metamorphic", "maximum", "mixed", "polygraphy")
 HEADER = ["case", "model", "placement", "affected / fixed", "accuracy", "release control",
@@ -85,7 +93,8 @@ def write_detector_report(run: Path, out: Path | None = None) -> Path:
     figure = tpr_figure([row for row in evidence["hosts"] if row["hosted"]], out)
     provenance = {"hosts": sum(1 for row in evidence["hosts"] if row["hosted"]),
                   "not hosted": evidence["not_hosted"], "polygraphy": evidence["polygraphy"],
-                  "protocol sha256": evidence["protocol_sha256"]}
+                  "protocol sha256": evidence["protocol_sha256"],
+                  "rules": rules_shown("corpus-detectors")}
     sections: list[PageTable | PageFigure] = [
         PageFigure("True-positive rate per detector and host, at matched FPR", figure,
                    "Bars: TPR; whiskers: nested 95% interval; black dash: the realised FPR. "

@@ -22,7 +22,15 @@ import numpy as np
 
 from kit.drift.detectors import DETECTORS
 from kit.files import read_json, write_atomic
-from kit.reporting import PageFigure, PageTable, html_page, pyplot, save_png, write_table
+from kit.reporting import (
+    PageFigure,
+    PageTable,
+    html_page,
+    pyplot,
+    rules_shown,
+    save_png,
+    write_table,
+)
 
 LEVEL_ORDER = ("disable_all", "enable_basic", "enable_extended", "enable_layout", "enable_all")
 
@@ -151,7 +159,8 @@ def write_report(run_root: Path, out: Path | None = None) -> Path:
     provenance = {"reference cell": evidence["reference_cell"],
                   "pair (calibration)": " vs ".join(evidence["pair"]),
                   "polygraphy": evidence["polygraphy"],
-                  "held-out images": evidence["heldout_images"]}
+                  "held-out images": evidence["heldout_images"],
+                  "rules": rules_shown("realdrift")}
     pair = [" / ".join(str(x) for x in _cell(c)[:2]) for c in evidence["pair"]]
     sections: list[PageTable | PageFigure] = [
         PageFigure("Drift map: max |logit difference| per release and optimisation level",

@@ -28,7 +28,16 @@ import numpy as np
 from kit.errors import FileFormatError, KitError
 from kit.files import read_json, write_atomic
 from kit.paths import ROOT
-from kit.reporting import PageFigure, PageTable, Rows, html_page, pyplot, save_png, write_table
+from kit.reporting import (
+    PageFigure,
+    PageTable,
+    Rows,
+    html_page,
+    pyplot,
+    rules_shown,
+    save_png,
+    write_table,
+)
 
 LEDGER = ROOT / "claims" / "sciml.yaml"
 RECORDS = ("ledger.json", "operator_floor.json", "unified.json", "mgn_faults.json",
@@ -343,7 +352,8 @@ def write_report(evidence: Path, out: Path | None = None) -> Path:
     shown = evidence.resolve()  # never an absolute local path on the page
     provenance = {"evidence": shown.relative_to(ROOT) if shown.is_relative_to(ROOT)
                   else evidence.name, "study": ledger.get("study", ""),
-                  "verdicts": len(ledger["verdicts"]), "subjects": ledger.get("subjects_note")}
+                  "verdicts": len(ledger["verdicts"]), "subjects": ledger.get("subjects_note"),
+                  "rules": rules_shown("sciml")}
     page = out / "index.html"
     write_atomic(page, html_page("SciML study report", "SciML study: verdicts, gate, fault "
                                  "catalogue and operator floor", provenance,

@@ -9,6 +9,7 @@ Also covers ``kit.reporting`` (the page, its sections and the fold)."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
@@ -17,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kit.claims import reports
 from kit.claims.ledger import load_ledger
@@ -123,6 +125,30 @@ def test_headings_say_what_they_show(rendered: Path) -> None:
     assert "Section 5.2 MR-card-to-verdict map, as the paper printed it" in sciml
     assert "<th>Interpretation boundary</th>" in sciml
     assert str(ROOT) not in sciml + drift  # no absolute local path on a page
+
+
+def test_every_report_says_which_rule_its_figures_use(rendered: Path,
+                                                     tmp_path: Path) -> None:
+    """Each report names the rule or revision its figures use, in the claims page's terms:
+    the corpus its own (kit.corpus.report.RULE_SHOWN), the others ``rules_shown``, whose
+    words follow the protocol's revisions record."""
+    from kit.reporting import rules_shown
+
+    for name, study in (("drift/index.html", "drift"), ("sciml/index.html", "sciml"),
+                        ("sweep/index.html", "realdrift"),
+                        ("detectors/detectors.html", "corpus-detectors")):
+        text = html.unescape((rendered / name).read_text())
+        assert rules_shown(study) in text, name
+    assert "first committed in 4ecbca9 and never revised" in rules_shown("realdrift")
+    assert "one revision (corpus-detectors.revisions.yaml), none after its evidence existed" \
+        in rules_shown("corpus-detectors")
+    record = {"first_committed": {"commit": "abc1234"},
+              "revisions": [{"evidence_existed": False}, {"evidence_existed": True}]}
+    (tmp_path / "x.revisions.yaml").write_text(yaml.safe_dump(record))
+    assert rules_shown("x", tmp_path) == (
+        "kit/protocols/x.yaml, first committed in abc1234; 2 revisions (x.revisions.yaml), "
+        "1 after its evidence existed: the claims page decides under the rules as first "
+        "committed, the figures show the evidence as recorded")
 
 
 def test_the_sweeps_alarm_table_is_folded_below_the_drift_map(rendered: Path) -> None:
