@@ -11,6 +11,7 @@ every user file is as it was. A ship ``--into`` a folder holding a user's
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -27,6 +28,7 @@ from kit.owned import claim
 from kit.paths import ROOT
 
 EVERY = int(os.environ.get("KIT_KILL_EVERY", "4"))  # nox -s hardening: 1
+WEIGHTS = hashlib.sha256(b"m's weights").hexdigest()
 USER_FILES = {  # named like the kit's own, each with its mode
     "root/.x.tmp": 0o600, "root/index.html": 0o640, "root/claims/drift/evidence/digits.tmp": 0o644,
     "root/claims/drift/evidence/.digits.tmp": 0o600, "run/.x.tmp": 0o600,
@@ -47,7 +49,12 @@ def seed(base: Path) -> tuple[Path, Path]:
         (run / name).parent.mkdir(parents=True, exist_ok=True)
         (run / name).write_text(json.dumps({"new": name}))
     (run / "fetch" / "fetch.json").write_text(json.dumps(
-        {"substrate": "digits", "models": {"m": {"onnx": "fetch/models/m.onnx"}}}))
+        {"substrate": "digits", "models": {"m": {"onnx": "fetch/models/m.onnx",
+                                                 "weights_sha256": WEIGHTS}}}))
+    (run / "training-cache.json").write_text('{"models": {"m": {"from": "shipped evidence"}}}')
+    weights = root / "claims" / "drift" / "weights" / "digits"
+    weights.mkdir(parents=True)
+    (weights / "m.pt").write_text("m's weights")  # shipped before: the ship leaves them
     (run / "fetch" / "models").mkdir()
     (run / "fetch" / "models" / "m.onnx").write_bytes(b"a model")
     (run / "score" / "score.json").write_text('{"tables": {"t": {"path": "score/t.csv"}}}')
