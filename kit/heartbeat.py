@@ -24,6 +24,14 @@ from collections.abc import Callable, Iterator
 EVERY = 30.0  # seconds between two lines
 
 
+def stderr_line(text: str) -> None:
+    """Write ``text`` and its newline to stderr in one write. ``print`` writes them apart,
+    and under ``PYTHONUNBUFFERED`` (CI sets it) each goes out at once: processes that share
+    stderr (a run's Dask workers and the kit itself) then run two lines into one."""
+    sys.stderr.write(f"{text}\n")
+    sys.stderr.flush()
+
+
 def minutes(seconds: float) -> str:
     """``75 s`` below 90 s, ``2.5 min`` below 10 min, ``25 min`` above: how every progress
     line prints a time (two lines 30 s apart never print the same figure)."""
@@ -48,10 +56,7 @@ def heartbeat(what: str, expected: float | None = None, every: float = EVERY,
     """Print ``what: still running, N so far[, time left]`` every ``every`` seconds until
     the block ends (a daemon thread; nothing is printed for a block shorter than
     ``every``)."""
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    out = emit or say
+    out = emit or stderr_line
     started, stop = time.monotonic(), threading.Event()
 
     def beat() -> None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import os
 import re
 import resource
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Any
 from kit import schema
 from kit.errors import FileFormatError, KitError
 from kit.files import TEMPORARY, canonical_json, read_json, sha256, write_atomic
+from kit.heartbeat import stderr_line
 from kit.paths import ROOT
 
 MANIFEST = "manifest.json"
@@ -231,10 +231,9 @@ class Progress:
         elapsed = time.monotonic() - self.start
         rate = self.done / elapsed if elapsed > 0 else 0.0
         eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        print(f"{self.what}: {self.done}/{self.total} ({rate:.2f}/s, eta {eta:.0f} s) {note}",
-              file=sys.stderr, flush=True)
+        stderr_line(f"{self.what}: {self.done}/{self.total} ({rate:.2f}/s, eta {eta:.0f} s) {note}")
 
 
-def say(line: str) -> None:
+def say(text: str) -> None:
     """A progress line for a person watching a stage."""
-    print(line, file=sys.stderr, flush=True)
+    stderr_line(text)

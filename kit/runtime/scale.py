@@ -27,13 +27,13 @@ session options, so the order and the process a batch runs in change no byte:
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kit.errors import KitError
+from kit.heartbeat import stderr_line
 from kit.runtime.backends import run_jobs
 from kit.runtime.runtimes import Runtime
 
@@ -62,8 +62,8 @@ class Batch:
 def _run_batch(batch: Batch, in_root: str, out_root: str, backend: str | None) -> int:
     """Run one batch; the worker's progress lines go to this process's stderr (a Dask
     worker process inherits the kit's) with the batch's label."""
-    def progress(line: str) -> None:
-        print(f"{line} ({batch.label})", file=sys.stderr, flush=True)
+    def progress(text: str) -> None:
+        stderr_line(f"{text} ({batch.label})")
 
     run_jobs(batch.runtime, list(batch.jobs), Path(in_root), Path(out_root) / batch.folder,
              backend, progress=progress)

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kit.errors import ConfigError, EnvironmentFailed
-from kit.heartbeat import heartbeat
+from kit.heartbeat import heartbeat, stderr_line
 from kit.locks import lock_requirements
 from kit.paths import ROOT, cache_dir
 
@@ -182,9 +182,9 @@ def _build(path: Path, lock: Path, editable: Path | None, python: str,
     return venv_python(path)
 
 
-def progress(line: str) -> None:
+def progress(text: str) -> None:
     """One progress line on stderr (stdout carries only the interpreter's path)."""
-    print(f"venvs: {line}", file=sys.stderr, flush=True)
+    stderr_line(f"venvs: {text}")
 
 
 def ensure_tools() -> Path:
