@@ -15,11 +15,13 @@ from typing import Any
 
 import pytest
 
+from kit.claims.fresh import RECORD, fresh_report, verify_fresh
 from kit.drift.protocol import PROTOCOL, load_protocol, write_small_protocol
 from kit.drift.stages.fetch import SHIPPED_DIGITS, SHIPPED_MANIFEST, run_fetch
 from kit.errors import ConfigError, KitError
 from kit.files import read_json, sha256
 from kit.paths import ROOT
+from kit.reproduce.command import beside
 from kit.reproduce.plan import Clock, Cost, load_costs, print_plan
 from kit.reproduce.steps import ARGV, NOT_SMALL, ORDER, STUDIES, Options, identity, steps_for
 from kit.runfolder import Run
@@ -114,6 +116,50 @@ def test_a_step_whose_folder_or_options_changed_runs_again(
         Options(runs=runs, small=True, without_physicsnemo=True), "sciml")
     assert identity(options, "drift") == identity(
         Options(runs=runs, small=True, workers=1, scheduler="tcp://h:1"), "drift")
+
+
+def test_the_sweep_alone_is_judged_with_the_drift_run_its_fault_matrix_came_from(
+        small: tuple[Path, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+    """``--only realdrift`` after an earlier call's drift run: the sweep's Polygraphy fault
+    matrix was computed from that run, so it ships beside the sweep to be recounted
+    against, and is not judged; a drift run changed since is refused by name."""
+    runs, first = small
+    assert first.returncode == 0
+    proc = kit("reproduce-all", "--small", "--runs", str(runs), "--only", "realdrift")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "shipping drift into" in proc.stderr
+    assert "(not judged: the sweep's" in proc.stderr
+    fresh = runs / "reproduce-all" / "fresh"
+    assert (fresh / "claims/drift/evidence/digits/score/score.json").is_file()
+    assert "fault-matrix" not in proc.stdout  # every realdrift claim recomputed
+    options = Options(runs=runs, small=True)
+    assert beside(options, ["sweep"]) == ["drift"]
+    assert beside(options, ["drift", "sweep"]) == beside(options, ["corpus"]) == []
+    assert beside(Options(runs=tmp_path, small=True), ["sweep"]) == []  # no fault matrix
+    score = options.folder("drift") / "score" / "score.json"
+    kept = score.read_bytes()
+    score.write_bytes(kept + b" ")
+    try:
+        with pytest.raises(KitError, match="no longer agrees with its run manifest"):
+            beside(options, ["sweep"])
+    finally:
+        score.write_bytes(kept)
+
+
+def test_a_study_shipped_only_in_support_is_recounted_against_not_judged(
+        tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh"
+    sweep, drift = "claims/realdrift/evidence/digits", "claims/drift/evidence/digits"
+    shutil.copytree(ROOT / sweep, fresh / sweep)
+    with pytest.raises(KitError, match=r"drift evidence it was computed from .* is missing"):
+        fresh_report(fresh)
+    shutil.copytree(ROOT / drift, fresh / drift)
+    page = tmp_path / "replay" / "index.html"
+    assert verify_fresh(fresh, out=page, support=["drift/digits"]) == 0
+    record = read_json(fresh / RECORD)
+    assert sorted(record["studies"]) == ["realdrift/digits"]
+    assert record["studies"]["realdrift/digits"]["support"] == ["drift/digits"]
+    assert sorted(fresh_report(fresh)["studies"]) == ["drift/digits", "realdrift/digits"]
 
 
 def test_a_step_finished_before_the_kit_changed_is_not_kept(tmp_path: Path) -> None:

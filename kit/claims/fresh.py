@@ -60,13 +60,16 @@ def machine_name(machine: dict[str, Any] | None) -> str:
 
 
 def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
-                 models: dict[str, str] | None = None) -> dict[str, Any]:
+                 models: dict[str, str] | None = None,
+                 support: Iterable[str] = ()) -> dict[str, Any]:
     """Per study and substrate present in ``fresh`` (``study/substrate``): the file
     verdicts and the status diff against the shipped evidence under ``root``.
     ``retrained``: the ``study/substrate`` names (or ``*``) whose fresh run trained its own
     models on a CPU other than the evidence machine's: their files are judged against the
     seed spread (``kit.spread``) and their verdict is the status diff alone. ``models``:
-    where each one's trained models came from, for the record."""
+    where each one's trained models came from, for the record. ``support``: those shipped
+    beside the others only to be recounted against (the drift run a sweep's Polygraphy
+    fault matrix was computed from), not judged; every judged study's record names them."""
     if not (fresh / "claims").is_dir():
         raise KitError(f"{fresh}: no claims/ folder; write one with python -m kit ship "
                        f"--run RUN --into {fresh}")
@@ -74,7 +77,7 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
     if links:  # never followed out of the fresh folder
         raise KitError(links[0] + (f" (and {len(links) - 1} more)" if len(links) > 1 else ""))
     bounds = load_bounds()
-    chosen = set(retrained)
+    chosen, helpers = set(retrained), sorted(support)
     studies: dict[str, Any] = {}
     for path in sorted((root / "claims").glob("*.yaml")):
         ledger = load_ledger(path)
@@ -83,6 +86,8 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
             if not (fresh / folder).is_dir():
                 continue
             where = f"{ledger['study']}/{name}"
+            if where in helpers:
+                continue
             again = "*" in chosen or where in chosen
             verdicts = [*judged(fresh, root, folder, ledger["study"], bounds, again),
                         *null_judged(fresh, root, substrate, ledger["study"], bounds, again)]
@@ -105,7 +110,8 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
                 "status_changes": [d for d in diff
                                    if d["fresh_status"] != d["shipped_status"]],
                 "value_changes": [d for d in diff
-                                  if d["fresh_status"] == d["shipped_status"]]}
+                                  if d["fresh_status"] == d["shipped_status"]],
+                **({"support": helpers} if helpers else {})}
             study["holds"] = study_holds(study)
             studies[where] = study
     if not studies:
@@ -267,12 +273,14 @@ replay_record = json_with({"holds", "machine"})
 
 
 def verify_fresh(fresh: Path, status_only: bool = False, out: Path | None = None,
-                 retrained: Iterable[str] = (), models: dict[str, str] | None = None) -> int:
+                 retrained: Iterable[str] = (), models: dict[str, str] | None = None,
+                 support: Iterable[str] = ()) -> int:
     """``verify --evidence DIR``: the file verdicts and the status diff; exit 0 when the
     reproduction holds. ``status_only``: every study was retrained on another CPU
     (``retrained`` names some). The replay record goes to ``DIR/replay-record.json`` and
     the page to ``out`` (default ``runs/replay/index.html``)."""
-    report = fresh_report(fresh, retrained=["*"] if status_only else retrained, models=models)
+    report = fresh_report(fresh, retrained=["*"] if status_only else retrained, models=models,
+                          support=support)
     ok = report["holds"]
     print_report(report)
     write_named_file(fresh / RECORD, canonical_json(report), replay_record, "--evidence")

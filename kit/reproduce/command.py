@@ -11,7 +11,9 @@ root, then the claims recomputed from the fresh run beside the shipped ones.
    --into``)
    and judged against the shipped evidence (``kit.claims.fresh``): a verdict per file and
    the status diff, the page ``<runs>/replay/index.html``. The exit status is the
-   verdict's.
+   verdict's. A sweep whose Polygraphy fault matrix came from an earlier call's drift run
+   ships with that run beside it, recounted against and not judged (the record's
+   ``support``).
 
 Every study's trained models (``--models``): ``shipped`` starts each step that trains from
 the shipped weights (sha256-checked): the digits models for the drift study and the
@@ -197,15 +199,34 @@ def judge(o: Options, steps: list[str], folder: Path) -> int:
             raise KitError(f"{fresh}: holds files the kit did not write there "
                            f"({', '.join(foreign)}); move them out, and run again")
         shutil.rmtree(fresh)
-    for step in steps:
-        say(f"reproduce-all: shipping {step} into {fresh}")
+    support = beside(o, steps)
+    for step in [*steps, *support]:
+        say(f"reproduce-all: shipping {step} into {fresh}"
+            + (" (not judged: the sweep's Polygraphy fault matrix is recounted against it)"
+               if step in support else ""))
         ship(o.folder(step), root=fresh)
     if o.small:
         return small_verdict(fresh)
     models = {JUDGED_AS[step]: source for step, source in o.models.items() if step in steps}
     return verify_fresh(fresh, out=o.runs / "replay" / "index.html",
                         retrained=retrained({s: m for s, m in o.models.items() if s in steps}),
-                        models=models)
+                        models=models, support=[JUDGED_AS[step] for step in support])
+
+
+def beside(o: Options, steps: list[str]) -> list[str]:
+    """The steps shipped beside this call's only to recount one of them: the drift run,
+    when the sweep ran Polygraphy on its fault matrix and the drift step is not this
+    call's (an earlier call's run in the same runs root)."""
+    from kit.drift.recompute_realdrift import FAULT_MATRIX
+
+    if "sweep" in steps and "drift" not in steps and \
+            (o.folder("sweep") / FAULT_MATRIX).is_file():
+        if not finished(o, "drift"):
+            raise KitError(f"{o.folder('sweep') / FAULT_MATRIX}: computed from the drift run "
+                           f"{o.folder('drift')}, which no longer agrees with its run "
+                           "manifest; run reproduce-all --only drift realdrift")
+        return ["drift"]
+    return []
 
 
 def small_verdict(fresh: Path) -> int:
