@@ -69,19 +69,24 @@ def _verify(args: argparse.Namespace) -> int:
     if args.evidence:
         from kit.claims.fresh import verify_fresh
 
+        _refuse_unused(args, "--evidence", ("status_only", "retrained", "models"))
+        models = {"*": args.models} if args.models else {}  # for the record
         return verify_fresh(args.evidence, args.status_only, retrained=args.retrained or (),
-                            models=dict.fromkeys(args.retrained or (), "train"))
+                            models={**models, **dict.fromkeys(args.retrained or (), "train")},
+                            out=args.page)
     if args.replay:
         from kit.drift.replay import replay
 
+        _refuse_unused(args, "--replay", ("stages", "run", "substrate", "backend", "protocol",
+                                          "small", "models"))
         return replay(args.run, args.substrate, args.stages, args.small, args.protocol,
                       args.backend, args.models or "train")
     replay_only = [f"--{name.replace('_', '-')}" for name in REPLAY_OPTIONS
                    if getattr(args, name) not in (None, False)]
     if replay_only:
         raise KitError(f"verify: {', '.join(replay_only)} only apply with --replay (or, for "
-                       "--run, --compare; for --status-only and --retrained, --evidence); "
-                       "add it or leave them out")
+                       "--run, --compare; for --status-only, --retrained and --models, "
+                       "--evidence); add it or leave them out")
     if args.deep and args.claim:
         raise KitError("verify: --deep recounts every stored summary, which no claim reads; "
                        "it does not go with --claim")
@@ -99,6 +104,15 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 # The verify options that only a replay reads: refused without --replay.
+def _refuse_unused(args: argparse.Namespace, mode: str, allowed: tuple[str, ...]) -> None:
+    """A KitError naming the options given that ``mode`` does not use (never ignored)."""
+    unused = [f"--{name.replace('_', '-')}" for name in REPLAY_OPTIONS
+              if name not in allowed and getattr(args, name) not in (None, False)]
+    if unused:
+        raise KitError(f"verify {mode}: {', '.join(unused)} do not apply to it; leave "
+                       f"{'it' if len(unused) == 1 else 'them'} out")
+
+
 REPLAY_OPTIONS = ("stages", "run", "substrate", "backend", "protocol", "small",
                   "status_only", "retrained", "models")
 

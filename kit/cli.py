@@ -125,7 +125,8 @@ def _add_claims_commands(add: Add) -> None:
                         help="fail unless the root digest over everything checked equals HEX "
                              "(the README publishes the shipped evidence's root)")
     verify.add_argument("--page", type=Path,
-                        help="where to write the claims page (default runs/verify/index.html)")
+                        help="where to write the claims page (default runs/verify/index.html; "
+                             "with --evidence the replay page, default runs/replay/index.html)")
     verify.add_argument("--claim", nargs="+", action="extend", default=[], metavar="ID",
                         help="recompute and print only these claims, in full (every "
                              "integrity check still runs; the claims page is left as it is)")
@@ -155,7 +156,8 @@ def _add_claims_commands(add: Add) -> None:
                         help="protocol of the run to replay (default: the frozen one)")
     verify.add_argument("--models", choices=["train", "shipped"],
                         help="with --replay: where fetch takes the digits models (default "
-                             "train; the first run's source)")
+                             "train; the first run's source); with --evidence: where the "
+                             "fresh run's models came from, for the replay record")
     verify.add_argument("--small", action="store_true",
                         help="replay the small configuration "
                              "(kit.drift.protocol.write_small_protocol) "

@@ -111,8 +111,19 @@ def test_replay_options_without_replay_are_refused() -> None:
         proc = kit("verify", *option)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr == (f"kit: error: verify: {option[0]} only apply with --replay (or, "
-                               "for --run, --compare; for --status-only and --retrained, "
-                               "--evidence); add it or leave them out\n")
+                               "for --run, --compare; for --status-only, --retrained and "
+                               "--models, --evidence); add it or leave them out\n")
+
+
+def test_options_a_mode_does_not_use_are_refused_never_ignored(tmp_path: Path) -> None:
+    for mode, option in ((["--evidence", str(tmp_path)], ["--small"]),
+                         (["--evidence", str(tmp_path)], ["--stages", "split"]),
+                         (["--replay"], ["--retrained", "sciml/kit"]),
+                         (["--replay"], ["--status-only"])):
+        proc = kit("verify", *mode, *option)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == (f"kit: error: verify {mode[0]}: {option[0]} do not apply to "
+                               "it; leave it out\n")
 
 
 def test_verify_one_claim_prints_that_claim_alone_after_the_summary(tmp_path: Path) -> None:

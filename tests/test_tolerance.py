@@ -9,6 +9,8 @@ from __future__ import annotations
 import fnmatch
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -288,3 +290,20 @@ def test_a_folder_without_a_shipped_study_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "claims").mkdir()
     with pytest.raises(KitError, match="holds no study's evidence"):
         fresh_report(tmp_path)
+
+
+def test_the_record_names_where_each_studys_models_came_from(fresh: Path,
+                                                              tmp_path: Path) -> None:
+    """``verify --evidence DIR --models shipped``: the record says so (not "not named"), a
+    study named ``--retrained`` says train, and the page goes where ``--page`` says."""
+    assert fresh_report(fresh)["studies"]["corpus/kit"]["models"] is None
+    both = fresh_report(fresh, models={"*": "shipped", "corpus/kit": "train"})
+    assert both["studies"]["corpus/kit"]["models"] == "train"
+    page = tmp_path / "replay.html"
+    proc = subprocess.run([sys.executable, "-m", "kit", "verify", "--evidence", str(fresh),
+                           "--models", "shipped", "--page", str(page)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads((fresh / "replay-record.json").read_text())
+    assert record["studies"]["corpus/kit"]["models"] == "shipped"
+    assert "holds" in page.read_text()

@@ -67,9 +67,10 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
     ``retrained``: the ``study/substrate`` names (or ``*``) whose fresh run trained its own
     models on a CPU other than the evidence machine's: their files are judged against the
     seed spread (``kit.spread``) and their verdict is the status diff alone. ``models``:
-    where each one's trained models came from, for the record. ``support``: those shipped
-    beside the others only to be recounted against (the drift run a sweep's Polygraphy
-    fault matrix was computed from), not judged; every judged study's record names them."""
+    where each one's trained models came from (``*``: every one), for the record.
+    ``support``: those shipped beside the others only to be recounted against (the drift
+    run a sweep's Polygraphy fault matrix was computed from), not judged; every judged
+    study's record names them."""
     if not (fresh / "claims").is_dir():
         raise KitError(f"{fresh}: no claims/ folder; write one with python -m kit ship "
                        f"--run RUN --into {fresh}")
@@ -104,7 +105,8 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
             study = {
                 "evidence_machine": read_json(made_on) if made_on.is_file() else None,
                 "against": sha256(root / folder / SHIPPED_MANIFEST),
-                "models": (models or {}).get(where), "status_only": again,
+                "models": (models or {}).get(where, (models or {}).get("*")),
+                "status_only": again,
                 "files": summary(verdicts),
                 "verdicts": [v.__dict__ for v in verdicts if v.verdict != "identical"],
                 "status_changes": [d for d in diff
