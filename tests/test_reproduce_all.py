@@ -159,6 +159,7 @@ def test_a_study_shipped_only_in_support_is_recounted_against_not_judged(
     record = read_json(fresh / RECORD)
     assert sorted(record["studies"]) == ["realdrift/digits"]
     assert record["studies"]["realdrift/digits"]["support"] == ["drift/digits"]
+    assert "recounted against drift/digits (not judged)" in page.read_text()
     assert sorted(fresh_report(fresh)["studies"]) == ["drift/digits", "realdrift/digits"]
 
 

@@ -216,6 +216,9 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"replay: {where}: evidence made on {machine_name(study['evidence_machine'])}"
               + (f"; models {study['models']}" if study["models"] else ""))
         print(f"replay: {where}: files: {files_line(files)}")
+        if study.get("support"):
+            print(f"replay: {where}: recounted against {', '.join(study['support'])} "
+                  "(shipped beside it, not judged)")
         if files["first_difference"]:
             first = files["first_difference"]
             print(f"replay: {where}: first difference: {first['file']}: {first['where']}")
@@ -250,7 +253,9 @@ def write_replay_page(report: dict[str, Any], path: Path, ok: bool) -> Path:
                  f"{machine_name(study['evidence_machine'])}; models "
                  f"{study['models'] or 'not recorded'}; "
                  + ("retrained on another CPU: the status diff decides; " if
-                    study["status_only"] else "") + files_line(study["files"])))
+                    study["status_only"] else "")
+                 + (f"recounted against {', '.join(study['support'])} (not judged); "
+                    if study.get("support") else "") + files_line(study["files"])))
         for kind, title in (("status_changes", "claims whose status changed"),
                             ("value_changes", "claims whose value alone changed")):
             sections.append(PageTable(
