@@ -172,8 +172,9 @@ def hardening(session: nox.Session) -> None:
     at every fourth or at a few moments): tests/kill_at.py, tests/claims/test_ship_killed.py,
     test_reports_killed.py, test_verify_killed.py, test_replay_record_killed.py,
     tests/runtime/test_run_killed.py, tests/test_audit_killed.py,
-    tests/test_writers_killed.py (sciml-report, polygraphy --out, verify --evidence), reproduce-all's, the SciML
-    study's, the corpus study's, its detector study's, the sweep's and the archive's."""
+    tests/test_writers_killed.py (sciml-report, polygraphy --out, verify --evidence),
+    reproduce-all's, the SciML study's, the corpus study's, its detector study's, the
+    sweep's and the archive's."""
     session.run(_python(), "-m", "pytest", "-q", "tests/claims/test_ship_killed.py",
                 "tests/claims/test_reports_killed.py", "tests/claims/test_verify_killed.py",
                 "tests/claims/test_replay_record_killed.py",
