@@ -90,30 +90,9 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
             if where in helpers:
                 continue
             again = "*" in chosen or where in chosen
-            verdicts = [*judged(fresh, root, folder, ledger["study"], bounds, again),
-                        *null_judged(fresh, root, substrate, ledger["study"], bounds, again)]
-            if ledger["study"] == "drift" and not again:
-                from kit.drift.ties import revise  # ranks at their ties
-
-                verdicts = revise(verdicts, fresh / folder, root / folder, bounds)
-            if ledger["study"] == "sciml" and not again:
-                from kit.sciml.margins import revise as at_thresholds
-
-                verdicts = at_thresholds(verdicts, sides(fresh, root, substrate), bounds)
-            made_on = root / folder / MACHINE
-            diff = status_diff(ledger, name, root, fresh)
-            study = {
-                "evidence_machine": read_json(made_on) if made_on.is_file() else None,
-                "against": sha256(root / folder / SHIPPED_MANIFEST),
-                "models": (models or {}).get(where, (models or {}).get("*")),
-                "status_only": again,
-                "files": summary(verdicts),
-                "verdicts": [v.__dict__ for v in verdicts if v.verdict != "identical"],
-                "status_changes": [d for d in diff
-                                   if d["fresh_status"] != d["shipped_status"]],
-                "value_changes": [d for d in diff
-                                  if d["fresh_status"] == d["shipped_status"]],
-                **({"support": helpers} if helpers else {})}
+            study = judge_study(fresh, root, ledger, name, bounds, again)
+            study.update({"models": (models or {}).get(where, (models or {}).get("*")),
+                          **({"support": helpers} if helpers else {})})
             study["holds"] = study_holds(study)
             studies[where] = study
     if not studies:
@@ -121,6 +100,34 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
                        "claims/<study>/evidence/<substrate>)")
     return {"machine": this_machine(), "studies": studies,
             "holds": all(s["holds"] for s in studies.values())}
+
+
+def judge_study(fresh: Path, root: Path, ledger: dict[str, Any], name: str, bounds: Any,
+                again: bool) -> dict[str, Any]:
+    """One substrate of a ledger present in ``fresh``: its file verdicts (against the seed
+    spread when ``again``: trained again on another CPU) and its status diff."""
+    substrate = ledger["substrates"][name]
+    folder = substrate["evidence"]
+    verdicts = [*judged(fresh, root, folder, ledger["study"], bounds, again),
+                *null_judged(fresh, root, substrate, ledger["study"], bounds, again)]
+    if ledger["study"] == "drift" and not again:
+        from kit.drift.ties import revise  # ranks at their ties
+
+        verdicts = revise(verdicts, fresh / folder, root / folder, bounds)
+    if ledger["study"] == "sciml" and not again:
+        from kit.sciml.margins import revise as at_thresholds
+
+        verdicts = at_thresholds(verdicts, sides(fresh, root, substrate), bounds)
+    made_on = root / folder / MACHINE
+    diff = status_diff(ledger, name, root, fresh)
+    return {"evidence_machine": read_json(made_on) if made_on.is_file() else None,
+            "against": sha256(root / folder / SHIPPED_MANIFEST),
+            "models": None,  # the caller's to name
+            "status_only": again,
+            "files": summary(verdicts),
+            "verdicts": [v.__dict__ for v in verdicts if v.verdict != "identical"],
+            "status_changes": [d for d in diff if d["fresh_status"] != d["shipped_status"]],
+            "value_changes": [d for d in diff if d["fresh_status"] == d["shipped_status"]]}
 
 
 def judged(fresh: Path, root: Path, folder: str, study: str, bounds: Any,
