@@ -174,7 +174,7 @@ def hardening(session: nox.Session) -> None:
     tests/runtime/test_run_killed.py, tests/test_audit_killed.py,
     tests/test_writers_killed.py (sciml-report, polygraphy --out, verify --evidence),
     reproduce-all's, the SciML study's, the corpus study's, its detector study's, the
-    sweep's and the archive's."""
+    sweep's, the archive's and verify --replay's."""
     session.run(_python(), "-m", "pytest", "-q", "tests/claims/test_ship_killed.py",
                 "tests/claims/test_reports_killed.py", "tests/claims/test_verify_killed.py",
                 "tests/claims/test_replay_record_killed.py",
@@ -184,7 +184,7 @@ def hardening(session: nox.Session) -> None:
                 "tests/corpus/test_corpus_killed.py",
                 "tests/corpus/test_corpus_detectors_killed.py",
                 "tests/drift/test_sweep_killed.py", "tests/claims/test_archive_killed.py",
-                *session.posargs,
+                "tests/drift/test_replay_killed.py", *session.posargs,
                 env={"KIT_KILL_EVERY": "1"}, external=True)
 
 

@@ -10,7 +10,8 @@ clean drift, where first, and does a known defect touch it.
    hash-locked environment, on any backend (venv, docker, Dask): the two audited cells
    and the clean pairs of ``kit/protocols/audit.yaml``. On the venv backend each release's
    cells run in one worker process for the whole audit (``kit.runtime.serve``; the record's
-   ``worker_processes``), with no cluster to start.
+   ``worker_processes``, null on docker or a Dask scheduler, which start one worker per
+   batch), with no cluster to start.
 4. Per output: largest absolute and relative difference, bit-identical share, argmax
    flips, Polygraphy's default verdict, the calibrated verdict (``kit.audit.calibrate``);
    only when the verdict is beyond clean drift, which side onnx's reference
@@ -143,7 +144,9 @@ def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     os.chmod(work, 0o755)
     with Workers(args.backend, args.scheduler, args.workers, say) as pool:
         found = _measure(model, arrays, sides, protocol, work, args, pool)
-    return {**found, "worker_processes": dict(sorted(pool.started.items()))}
+    # per release on the serving venv backend; null where workers start per batch
+    return {**found, "worker_processes": dict(sorted(pool.started.items()))
+            if pool.serving else None}
 
 
 def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
