@@ -1,11 +1,12 @@
 """The kill harness (``tests/kill_at.py``) on ``kit ship --replay-record``: a replay record
-shipped into a checkout whose machine folder already holds records (the shipped ones of
-this CPU), beside user files named like the kit's own. SIGKILLed at its writes (all of them
-in ``nox -s hardening``, three moments in the default tests), the checkout either checks
-out with the machine's records all old or all new, or verify's checks name what the kill
-left; never a mix that passes. ``ship --recover`` then finishes or rolls back, and a ship
-gives records and manifests byte-identical to an uninterrupted one's, every user file
-as it was (``kit.claims.replays.ship_record`` under ``kit.claims.journal``)."""
+shipped into a checkout whose machine folder already holds records (the shipped ones of this
+CPU; on a CPU no shipped record names, another CPU's, copied in), beside user files named like
+the kit's own. SIGKILLed at its writes (all of them in ``nox -s hardening``, three moments in
+the default tests), the checkout either checks out with the machine's records all old or all
+new, or verify's checks name what the kill left; never a mix that passes. ``ship --recover``
+then finishes or rolls back, and a ship gives records and manifests byte-identical to an
+uninterrupted one's, every user file as it was (``kit.claims.replays.ship_record`` under
+``kit.claims.journal``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from pathlib import Path
 
 from kit.claims.coverage import check_manifests, write_manifests
 from kit.claims.fresh import RECORD, verify_fresh
-from kit.claims.replays import REPLAYS
+from kit.claims.replays import REPLAYS, machine_id
+from kit.machine import fingerprint
 from kit.owned import claim
 from kit.paths import ROOT
 from tests.kill_at import changed_user_files, seed_user_files
@@ -53,6 +55,9 @@ def test_ship_replay_record_killed_at_its_writes_finishes_or_rolls_back(
     claim(base, "ship --into")  # a checkout the kit made (ship --into refuses a user's)
     for name in ("claims", "manifests"):
         shutil.copytree(ROOT / name, base / name)
+    mine = base / REPLAYS / machine_id(fingerprint())
+    if not mine.is_dir():  # a CPU no shipped record names: another CPU's records stand in
+        shutil.copytree(min(p for p in (base / REPLAYS).iterdir() if p.is_dir()), mine)
     seed_user_files(base, USER_FILES)
     write_manifests(base)  # this checkout's manifests: claims/ alone, the user's files beside
     assert check_manifests(base) == []
