@@ -90,9 +90,10 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
             if where in helpers:
                 continue
             again = "*" in chosen or where in chosen
-            study = judge_study(fresh, root, ledger, name, bounds, again)
-            study.update({"models": (models or {}).get(where, (models or {}).get("*")),
-                          **({"support": helpers} if helpers else {})})
+            study = judge_study(fresh, root, ledger, name, bounds, again,
+                                (models or {}).get(where, (models or {}).get("*")))
+            if helpers:
+                study["support"] = helpers
             study["holds"] = study_holds(study)
             studies[where] = study
     if not studies:
@@ -103,9 +104,10 @@ def fresh_report(fresh: Path, root: Path = ROOT, retrained: Iterable[str] = (),
 
 
 def judge_study(fresh: Path, root: Path, ledger: dict[str, Any], name: str, bounds: Any,
-                again: bool) -> dict[str, Any]:
+                again: bool, models: str | None) -> dict[str, Any]:
     """One substrate of a ledger present in ``fresh``: its file verdicts (against the seed
-    spread when ``again``: trained again on another CPU) and its status diff."""
+    spread when ``again``: trained again on another CPU), its status diff and where its
+    models came from (``models``)."""
     substrate = ledger["substrates"][name]
     folder = substrate["evidence"]
     verdicts = [*judged(fresh, root, folder, ledger["study"], bounds, again),
@@ -122,7 +124,7 @@ def judge_study(fresh: Path, root: Path, ledger: dict[str, Any], name: str, boun
     diff = status_diff(ledger, name, root, fresh)
     return {"evidence_machine": read_json(made_on) if made_on.is_file() else None,
             "against": sha256(root / folder / SHIPPED_MANIFEST),
-            "models": None,  # the caller's to name
+            "models": models,
             "status_only": again,
             "files": summary(verdicts),
             "verdicts": [v.__dict__ for v in verdicts if v.verdict != "identical"],
