@@ -10,7 +10,7 @@ from typing import Any
 from kit.drift.protocol import PROTOCOL, load_protocol
 from kit.drift.stages.bootstrap import run_bootstrap
 from kit.drift.stages.fault import run_fault
-from kit.drift.stages.fetch import run_fetch
+from kit.drift.stages.fetch import SHIPPED_DIGITS, run_fetch
 from kit.drift.stages.infer import run_infer
 from kit.drift.stages.report import run_report
 from kit.drift.stages.score import run_score
@@ -32,7 +32,8 @@ def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None =
     """Run one stage holding the run folder (``runlock.hold``) under the protocol it was
     started with; returns its record (``asset_pins``: fetch's pins file, if any;
     ``scheduler``, ``workers``: where infer's batches run, ``kit.runtime.scale``;
-    ``models``: fetch trains the digits models or takes the shipped ones)."""
+    ``models``: fetch trains the digits models or takes the shipped ones, and fault then
+    injects the shipped severity choices)."""
     if name not in STAGES:
         raise KitError(f"unknown stage {name!r}; stages: {STAGES}")
     protocol = load_protocol(protocol_file)
@@ -43,7 +44,8 @@ def run_stage(name: str, *, substrate: str | None = None, run_dir: Path | None =
         steps: dict[str, Callable[[], dict[str, Any]]] = {
             "fetch": lambda: run_fetch(protocol, run, chosen, assets, asset_pins, models),
             "split": lambda: run_split(protocol, run),
-            "fault": lambda: run_fault(protocol, run, backend, scheduler, workers),
+            "fault": lambda: run_fault(protocol, run, backend, scheduler, workers,
+                                       SHIPPED_DIGITS if models == "shipped" else None),
             "infer": lambda: run_infer(protocol, run, backend, scheduler, workers),
             "score": lambda: run_score(protocol, run),
             "bootstrap": lambda: run_bootstrap(protocol, run),
