@@ -8,8 +8,9 @@ substrate whose evidence is there:
    (``kit.tolerance``: identical, within tolerance, or differs naming the file, array and
    element); the run metadata (``machine.json``, the run manifest, timings) stays outside;
    the drift study's localisation ranks and the summaries computed from them are judged at
-   the ties of their layer scores (``kit.drift.ties``), and the SciML study's detections
-   and verdicts at their thresholds (``kit.sciml.margins``);
+   the ties of their layer scores (``kit.drift.ties``), the corpus detector study's record
+   through the arrays it is computed from (``kit.corpus.derived``), and the SciML study's
+   detections and verdicts at their thresholds (``kit.sciml.margins``);
 2. every claim is recomputed from the fresh evidence with the checkout's ledgers and
    rules, and its status and value set beside the shipped ones: the status diff.
 
@@ -116,6 +117,10 @@ def judge_study(fresh: Path, root: Path, ledger: dict[str, Any], name: str, boun
         from kit.drift.ties import revise  # ranks at their ties
 
         verdicts = revise(verdicts, fresh / folder, root / folder, bounds)
+    if ledger["study"] == "corpus" and name == "detectors" and not again:
+        from kit.corpus.derived import revise as through_inputs
+
+        verdicts = through_inputs(verdicts, fresh / folder, root / folder, bounds)
     if ledger["study"] == "sciml" and not again:
         from kit.sciml.margins import revise as at_thresholds
 
