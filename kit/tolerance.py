@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -277,3 +278,21 @@ def summary(verdicts: list[Verdict]) -> dict[str, Any]:
             "opaque": sum(1 for x in verdicts if x.max_abs is None),
             "first_difference": None if first is None else
             {"file": first.file, "where": first.where, **first.detail}}
+
+
+def through_inputs(found: Verdict, unlike: Callable[[Path], str], fresh: Path, shipped: Path,
+                   inputs: str, how: str) -> Verdict:
+    """A differing record computed from other evidence files (its ``inputs``, already
+    judged within their bounds), judged through them: ``unlike(root)`` says where that
+    side's stored record first differs from the one recomputed from its own inputs ("" when
+    nowhere). Within tolerance when neither side differs (``how``: the words the verdict's
+    bound adds); otherwise ``found``, naming the side."""
+    for side, root in (("fresh", fresh), ("shipped", shipped)):
+        where = unlike(root)
+        if where:
+            found.where += (f"; recomputed from the {side} {inputs} it differs from the "
+                            f"{side} file at {where}")
+            return found
+    return Verdict(found.file, "within tolerance", found.max_abs, found.max_rel,
+                   bound=f"{found.bound}; moved only through its inputs ({how})",
+                   detail={"moved_first": found.where})

@@ -24,7 +24,7 @@ from kit.corpus.detector_measures import host_measures
 from kit.corpus.recompute_detectors import HOSTS_JSON, committed_params
 from kit.files import canonical_json, load_npz, read_json
 from kit.runfolder import inside, plain_name
-from kit.tolerance import Bound, Verdict, bound_for, compare_json
+from kit.tolerance import Bound, Verdict, bound_for, compare_json, through_inputs
 
 EVIDENCE = "detectors/evidence/"
 # The fields of a hosted row that host_measures computes from its arrays.
@@ -64,16 +64,9 @@ def judge_hosts(fresh: Path, shipped: Path, bounds: list[Bound], found: Verdict,
     if _rest(read_json(fresh / HOSTS_JSON)) != _rest(read_json(shipped / HOSTS_JSON)):
         found.where += "; the records differ outside the measures computed from the arrays"
         return found
-    for side, root in (("fresh", fresh), ("shipped", shipped)):
-        where = first_unlike(root, bound)
-        if where:
-            found.where += (f"; recomputed from the {side} arrays it differs from the {side} "
-                            f"file at {where}")
-            return found
-    return Verdict(HOSTS_JSON, "within tolerance", found.max_abs, found.max_rel,
-                   bound=f"{found.bound}; moved only through its inputs (every measure "
-                         "recomputed from each side's own arrays gives its stored value)",
-                   detail={"moved_first": found.where})
+    return through_inputs(found, lambda root: first_unlike(root, bound), fresh, shipped,
+                          "arrays", "every measure recomputed from each side's own arrays "
+                          "gives its stored value")
 
 
 def revise(verdicts: list[Verdict], fresh: Path, shipped: Path, bounds: list[Bound]

@@ -39,7 +39,14 @@ from kit.drift.evidence import table_name
 from kit.drift.localise import KINDS, normalisers
 from kit.drift.shipped import Evidence
 from kit.files import canonical_json, load_npz
-from kit.tolerance import Bound, Verdict, bound_for, compare_arrays, compare_json
+from kit.tolerance import (
+    Bound,
+    Verdict,
+    bound_for,
+    compare_arrays,
+    compare_json,
+    through_inputs,
+)
 
 Array = np.ndarray[Any, Any]
 LAYERS = "score/layers.npz"
@@ -182,19 +189,17 @@ def judge_derived(fresh: Path, shipped: Path, name: str, bounds: list[Bound],
     bound = bound_for(bounds, "drift", name)
     if bound is None or not inputs_within:
         return found
-    for side, root in (("fresh", fresh), ("shipped", shipped)):
+
+    def unlike(root: Path) -> str:
         stored = json.loads((root / name).read_bytes())
         again = json.loads(canonical_json(DERIVED[name](Evidence(root))))
         check = Verdict(name, "within tolerance")
         compare_json(stored, again, bound, "", check)
-        if check.verdict != "within tolerance":
-            found.where += (f"; recomputed from the {side} evidence it differs from the "
-                            f"{side} file at {check.where}")
-            return found
-    return Verdict(name, "within tolerance", found.max_abs, found.max_rel,
-                   bound=f"{found.bound}; moved only through its inputs (recomputed from "
-                         "each side's own tables, each side gives its stored values)",
-                   detail={"moved_first": found.where})
+        return "" if check.verdict == "within tolerance" else check.where
+
+    return through_inputs(found, unlike, fresh, shipped, "evidence",
+                          "recomputed from each side's own tables, each side gives its "
+                          "stored values")
 
 
 def revise(verdicts: list[Verdict], fresh: Path, shipped: Path, bounds: list[Bound]
