@@ -3,7 +3,8 @@ manifest (sha256 of every file), and progress lines for long stages.
 
     <run>/fetch/   dataset.npz, models/<m>.onnx, models/<m>.sketch.onnx, fetch.json
     <run>/split/   sample.json, images/<cond>.npz, inputs/<cond>.npz, split.json
-    <run>/fault/   models/<m>/<fault>.onnx, faults.json, severity.json
+    <run>/fault/   models/<m>/<fault>.onnx, fault.json, severity.json (+ severity-here.json
+                   on the shipped models: the rule's own choices on this CPU)
     <run>/infer/   <cell>/<m>/<variant>/<graph>-<cond>.npz (+ .meta.json), infer.json
     <run>/score/   cases/<cell>-<cond>.npz, layers.npz, clean-logits.npz, summary.json
     <run>/bootstrap/  replicates.npz, summary.json;  <run>/sensitivity/summary.json
