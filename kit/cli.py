@@ -47,7 +47,8 @@ def _add_drift_commands(add: Add) -> None:
         stage.add_argument("--protocol", type=Path, help="protocol YAML (default: the frozen one)")
         stage.add_argument("--models", choices=["train", "shipped"], default="train",
                            help="digits: train the models (default) or start from the shipped "
-                                "ones (claims/drift/evidence/digits/fetch/models, sha256-checked)")
+                                "ones (claims/drift/evidence/digits/fetch/models, sha256-checked; "
+                                "fault then injects the shipped severities)")
         add_scale_options(stage)
     sweep = add("sweep", help="the real-drift sweep: every release x level x threads "
                               "(kit/protocols/realdrift.yaml)")

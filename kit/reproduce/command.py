@@ -17,8 +17,10 @@ root, then the claims recomputed from the fresh run beside the shipped ones.
 
 Every study's trained models (``--models``): ``shipped`` starts each step that trains from
 the shipped weights (sha256-checked): the digits models for the drift study and the
-detector study, every subject's checkpoint for the SciML study; the study then replays on
-identical weights, within the measured tolerances on any x86-64 CPU. ``train`` retrains
+detector study (the drift study's fault stage then injects the shipped severities too),
+every subject's checkpoint for the SciML study; the study then replays on identical
+weights, judged within the measured tolerances (``docs/tolerances.md`` says where a CPU
+did not hold). ``train`` retrains
 them. ``auto`` (the default) trains only on the very CPU that made that study's evidence
 (the same model and CPU flags, ``kit.machine``) and starts from the shipped
 weights on any CPU that differs. After a retrain on another CPU the files are judged
