@@ -20,10 +20,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kit.corpus.detector_measures import host_measures
-from kit.corpus.recompute_detectors import HOSTS_JSON, committed_params
-from kit.files import canonical_json, load_npz, read_json
-from kit.runfolder import inside, plain_name
+from kit.corpus.recompute_detectors import HOSTS_JSON, measured
+from kit.files import canonical_json, read_json
 from kit.tolerance import Bound, Verdict, bound_for, compare_json, through_inputs
 
 EVIDENCE = "detectors/evidence/"
@@ -40,16 +38,15 @@ def _rest(record: dict[str, Any]) -> dict[str, Any]:
 
 def first_unlike(root: Path, bound: Bound) -> str:
     """Where one side's stored measures first differ from those recomputed from its own
-    arrays ("" when none does)."""
-    record, p = read_json(root / HOSTS_JSON), committed_params()
-    for i, row in enumerate(record["hosts"]):
+    arrays (``recompute_detectors.measured``; "" when none does)."""
+    again = measured(root)
+    for i, row in enumerate(read_json(root / HOSTS_JSON)["hosts"]):
         if not row.get("hosted"):
             continue
-        arrays = inside(root, plain_name(row["evidence"], root / HOSTS_JSON, "evidence"),
-                        root / HOSTS_JSON, "evidence")
-        again = json.loads(canonical_json(host_measures(load_npz(arrays), p)))
         check = Verdict(HOSTS_JSON, "within tolerance")
-        compare_json({k: row.get(k) for k in MEASURES}, again, bound, f"/hosts/{i}", check)
+        compare_json({k: row.get(k) for k in MEASURES},
+                     json.loads(canonical_json(again[(row["case"], row["model"])])), bound,
+                     f"/hosts/{i}", check)
         if check.verdict != "within tolerance":
             return check.where
     return ""
