@@ -76,6 +76,7 @@ from kit.claims.rules import RANK as RANK
 from kit.claims.rules import _name, _show, call, decide, effect, grade, status, thresholds
 from kit.claims.rules import weakest as weakest
 from kit.corpus.recompute import CorpusEvidence
+from kit.drift.beyond import exceeds, pair
 from kit.drift.recompute_realdrift import SweepEvidence
 from kit.drift.shipped import ControlNull, Evidence
 from kit.errors import KitError
@@ -263,8 +264,12 @@ def _behind_null(found: Outcome, claim: dict[str, Any], rule: dict[str, Any], ro
                            "substrate names is missing; restore it with git checkout claims")
         null = _evidence(null_folder, reader)
     who = "the unmutated controls" if "null_evidence" not in spec else "untrained subjects"
+    compared = pair(rule, rule.get("compute", claim["compute"])) \
+        if spec.get("null_from") == "controls" else None
+    beyond = None if compared is None else partial(
+        exceeds, compared, _evidence(root / spec["evidence"], reader), null)
     capped: Outcome = against_null(found, partial(
-        _decide_claim, claim, rule, null, bool(spec["paper"]), base, where), who)
+        _decide_claim, claim, rule, null, bool(spec["paper"]), base, where), who, beyond)
     return capped
 
 

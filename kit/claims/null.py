@@ -30,10 +30,13 @@ CAPPED = ("reproduced", "direction reproduced")  # what a passing null takes awa
 PASSES = ("reproduced", "by design", "direction reproduced", "consistent")
 
 
-def against_null(outcome: Any, decide: Any, who: str = "untrained subjects") -> Any:
+def against_null(outcome: Any, decide: Any, who: str = "untrained subjects",
+                 beyond: Any = None) -> Any:
     """``outcome`` (one claim on a substrate with a null), capped at ``by design`` when
     ``decide()`` (the same claim and rule on the null evidence) passes too; ``who``: the
-    null's subjects, as the note names them."""
+    null's subjects, as the note names them. ``beyond``, where the rule has one, is asked
+    when the null passes: ``beyond()`` gives (the finding exceeds the null, in words), and
+    a finding that exceeds it keeps its status (``kit.drift.beyond``)."""
     if outcome.status not in CAPPED:
         return outcome
     try:
@@ -46,6 +49,12 @@ def against_null(outcome: Any, decide: Any, who: str = "untrained subjects") -> 
     if null.status not in PASSES:
         said = f"the null fails this rule ({who}: {null.recomputed}, {null.status})"
         return replace(outcome, note=f"{outcome.note}; {said}")
-    said = (f"the null passes too: {who} give {null.recomputed} ({null.status}), "
-            f"so the agreement is structural; {outcome.status} without the null")
+    passes = f"the null passes too: {who} give {null.recomputed} ({null.status})"
+    if beyond is not None:
+        exceeds, how = beyond()
+        if exceeds:
+            return replace(outcome, note=f"{outcome.note}; {passes}, but the finding "
+                                         f"exceeds it: {how}")
+        passes = f"{passes}, and the finding does not exceed it: {how}"
+    said = f"{passes}, so the agreement is structural; {outcome.status} without the null"
     return replace(outcome, status="by design", note=f"{said}; {outcome.note}")

@@ -1,0 +1,131 @@
+"""Whether a comparison of two detectors' detection rates exceeds what their unmutated
+controls give.
+
+The drift study's control null (``kit.drift.shipped.ControlNull``) scores every fault case
+as its unmutated control, so a comparison of two detectors' detection rates becomes, on the
+null, a comparison of their false alarms. Both detectors are thresholded at the same
+calibration quantile, so those false alarms are equal in expectation, and which detector
+raises more of them on a given CPU is decided by a handful of controls (7 against 1 of 900
+on the evidence machine, 12 against 14 on another CPU). The plain rule passes on such a
+null about half the time whatever the faults do.
+
+A comparison the null passes too is therefore asked one question more: does the finding
+exceed the null? On every held-out image of every model, the faults' alarms of the first
+detector minus those of the second, less the same difference on the image's control, is
+summed over the image's fault cases; the finding exceeds the null when more images lean
+the rule's way than the other way, by an exact one-sided sign test at ``ALPHA`` over the
+images where the difference is not zero (images, not fault cases: one control stands behind
+every fault case of its image). A finding that does not exceed its null is ``by design``.
+Rows that do not compare two detectors' detection rates are decided by the plain rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kit.drift import analysis
+from kit.drift.detectors import DETECTORS
+from kit.drift.shipped import Evidence
+
+ALPHA = 0.05
+RATES = ("drift.rate", "drift.cell_rate", "drift.geometry")
+# The bootstrap statistics of a rate difference whose sign says which detector is above:
+# the whole interval, its centre, or the end on the far side of zero.
+BOOT = {"positive": ("interval", "mean", "p50", "p2_5"),
+        "negative": ("interval", "mean", "p50", "p97_5")}
+
+
+@dataclass(frozen=True)
+class Pair:
+    """The rule's direction as 'first detector above second', and the fault cases it is
+    counted on: one model's, one fault cell's (pooled over models), or one subgroup's."""
+    first: str
+    second: str
+    model: str | None = None
+    cell: tuple[str, str, str] | None = None
+    group: str | None = None
+
+
+def pair(rule: dict[str, Any], compute: dict[str, Any]) -> Pair | None:
+    """The pair of detectors a rule compares on detection rates, or None when it compares
+    anything else (then the plain rule decides the null)."""
+    fn, args = compute["function"], dict(compute.get("args", {}))
+    if rule["rule"] == "sign" and rule["sign"] in ("positive", "negative"):
+        high = rule["sign"] == "positive"
+        if fn == "drift.rate_difference" and args.get("what", "tpr") == "tpr":
+            a, b = args["a"], args["b"]
+            return Pair(*((a, b) if high else (b, a)), model=args.get("model"))
+        if fn == "drift.boot" and args.get("stat") in BOOT[rule["sign"]] \
+                and str(args.get("quantity", "")).endswith("/tpr"):
+            a, _, b = args["quantity"].removesuffix("/tpr").partition("-")
+            return Pair(*((a, b) if high else (b, a))) if b else None
+        return None
+    if rule["rule"] != "compare" or rule["op"] not in ("gt", "lt"):
+        return None
+    than = rule["than"]
+    if fn not in RATES or than["function"] != fn:
+        return None
+    here, there = _detector(fn, args), _detector(fn, dict(than.get("args", {})))
+    if here is None or there is None or here[1] != there[1]:
+        return None  # not the same cases, or not one detector each
+    first, second = (here[0], there[0]) if rule["op"] == "gt" else (there[0], here[0])
+    return Pair(first, second, **here[1])
+
+
+def _detector(fn: str, args: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(detector, the cases) of one detection-rate call; None for anything else."""
+    if fn == "drift.geometry":
+        group, _, detector = str(args.get("field", "")).partition("/")
+        if group not in ("stable", "unstable") or detector not in DETECTORS:
+            return None
+        return detector, {"group": group}
+    if args.pop("what", "tpr") != "tpr":
+        return None
+    args.pop("count", None)
+    detector = args.pop("detector", None)
+    if fn == "drift.rate" and set(args) <= {"model"}:
+        return detector, {"model": args.get("model")}
+    if fn == "drift.cell_rate" and set(args) == {"position", "family", "level"}:
+        return detector, {"cell": (args["position"], args["family"], args["level"])}
+    return None
+
+
+def exceeds(found: Pair, evidence: Evidence, null: Evidence) -> tuple[bool, str]:
+    """(the finding exceeds its control null, the sign test in words)."""
+    from scipy.stats import binomtest  # imported where used: verify loads this module
+
+    table, controls = evidence.table(), null.table()
+    rows = _cases(found, table, evidence)
+    lean = np.zeros(len(table["model"]), np.int64)
+    for sign, detector in ((1, found.first), (-1, found.second)):
+        limits = analysis.thresholds(table, detector, evidence.quantile)
+        lean += sign * (analysis.case_alarms(table, detector, limits).astype(np.int64)
+                        - analysis.case_alarms(controls, detector, limits).astype(np.int64))
+    image = table["model"][rows].astype(np.int64) * (1 << 32) + table["image"][rows]
+    keys, at = np.unique(image, return_inverse=True)
+    per_image = np.bincount(at, weights=lean[rows], minlength=len(keys))
+    up, down = int((per_image > 0).sum()), int((per_image < 0).sum())
+    p = float(binomtest(up, up + down, 0.5, alternative="greater").pvalue) if up + down \
+        else 1.0
+    words = (f"on {up} of {len(keys)} held-out images the faults lift {found.first} above "
+             f"{found.second} more than the image's control does, on {down} less (exact "
+             f"sign test, one-sided p = {p:.2g})")
+    return p < ALPHA, words
+
+
+def _cases(found: Pair, table: dict[str, Any], evidence: Evidence) -> Any:
+    """The held-out fault cases the pair's rates are counted on."""
+    rows = (table["role"] == analysis.HELDOUT) & (table["fault"] != analysis.CLEAN)
+    codes = evidence.record["codes"]
+    if found.model is not None:
+        rows &= table["model"] == codes["models"].index(found.model)
+    if found.cell is not None:
+        for column, value in zip(("position", "family", "level"), found.cell, strict=True):
+            rows &= table[column] == codes[f"{column}s" if column != "family"
+                                           else "families"].index(value)
+    if found.group is not None:
+        rows &= table["stable"] if found.group == "stable" else ~table["stable"]
+    return rows
