@@ -243,3 +243,33 @@ def test_an_npz_declaring_a_pebibyte_is_refused_before_any_allocation(tmp_path: 
         archive.writestr("x.npy", header.getvalue() + b"\0" * 16)
     with pytest.raises(KitError, match=rf"{path}: member 'x.npy' declares \(70368744177664, 4\)"):
         load_npz(path)
+
+
+def test_inside_hashed_once_a_file_is_read_once_until_it_changes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    from kit import files
+
+    path = tmp_path / "a.bin"
+    path.write_bytes(b"first")
+    opened: list[str] = []
+    real = open
+
+    def counting(name: object, *args: object, **kwargs: object) -> object:
+        opened.append(str(name))
+        return real(name, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(files, "open", counting, raising=False)
+    with files.hashed_once():
+        assert files.sha256(path) == hashlib.sha256(b"first").hexdigest()
+        assert files.sha256(path) == hashlib.sha256(b"first").hexdigest()
+        assert opened == [str(path)]
+        before = path.stat().st_mtime_ns
+        path.write_bytes(b"other")  # the same size; its times move (by a tick at least)
+        os.utime(path, ns=(before + 10**7, before + 10**7))
+        assert files.sha256(path) == hashlib.sha256(b"other").hexdigest()
+        assert len(opened) == 2
+    files.sha256(path)
+    files.sha256(path)
+    assert len(opened) == 4  # outside the block every call reads

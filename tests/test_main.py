@@ -135,7 +135,7 @@ def test_verify_one_claim_prints_that_claim_alone_after_the_summary(tmp_path: Pa
     assert "verify: 2 of 2 claim checks selected" in lines
     headers = [line for line in lines if line.startswith("A-0")]
     assert headers == ["A-052 (drift, cifar100): not run here",
-                       "A-052 (drift, digits): by design"]
+                       "A-052 (drift, digits): direction reproduced"]
     assert "  statement:      metamorphic-minus-direct detection difference, primary split" \
         in lines
     assert lines[-1] == lines[0]

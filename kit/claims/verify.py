@@ -44,7 +44,7 @@ from kit.claims.ledger import STATUSES, Outcome, clear_cache, evaluate, load_led
 from kit.claims.records import check_schemas
 from kit.claims.show import failure_reason, print_rows, print_summary
 from kit.errors import KitError
-from kit.files import canonical_json, plain_files, sha256
+from kit.files import canonical_json, hashed_once, plain_files, sha256
 from kit.owned import json_with, write_named_file
 from kit.paths import ROOT
 from kit.runfolder import SHIPPED_MANIFEST, UNHASHED
@@ -312,7 +312,15 @@ def verify(root: Path = ROOT, json_out: Path | None = None, strict_findings: boo
     with ``strict_findings`` also none ``direction reversed``; with ``expect_root`` the
     combined root must equal it). The summary and any failure print first, then the
     claim checks (only the ``select``ed ones, in full when claims are named), then the
-    verdict line again."""
+    verdict line again. Each file is read once (``kit.files.hashed_once``)."""
+    with hashed_once():
+        return _verify(root, json_out, strict_findings, expect_root, page, select,
+                       interpreter, deep)
+
+
+def _verify(root: Path, json_out: Path | None, strict_findings: bool,
+            expect_root: str | None, page: Path | None, select: Selection | None,
+            interpreter: bool, deep: bool) -> int:
     start = time.monotonic()
     clear_cache()
     ledger_paths = sorted((root / "claims").glob("*.yaml"))

@@ -16,7 +16,7 @@ import pytest
 from kit.claims.null import against_null
 from kit.claims.rules import decide
 from kit.drift.analysis import CLEAN
-from kit.drift.beyond import Pair, exceeds, pair
+from kit.drift.beyond import Pair, exceeds, pair, upper_tail
 from kit.drift.shipped import SCORES, controls_in_place
 from tests.conftest import synthetic_table
 
@@ -153,3 +153,12 @@ def test_the_synthetic_sides_differ_only_where_lifted() -> None:
     assert np.all(table["e_o_norm"][fault] - controls["e_o_norm"][fault] == pytest.approx(1.0))
     for column in set(SCORES) - {"e_o_norm"}:
         np.testing.assert_array_equal(table[column], controls[column])
+
+
+@pytest.mark.parametrize(("k", "n"), [(0, 0), (0, 5), (7, 8), (6, 6), (3, 16), (888, 898),
+                                      (720, 722)])
+def test_the_sign_test_is_scipys(k: int, n: int) -> None:
+    from scipy.stats import binomtest
+
+    expected = binomtest(k, n, 0.5, alternative="greater").pvalue if n else 1.0
+    assert upper_tail(k, n) == pytest.approx(expected, rel=1e-9, abs=0)
