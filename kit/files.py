@@ -240,9 +240,10 @@ def load_npz(path: Path, fix: str | None = None) -> dict[str, Array]:
 def sha256(path: Path, fix: str | None = None) -> str:
     """The hex sha256 of the bytes of ``path`` (inside ``hashed_once``, read once while
     the file's identity and times stay the same)."""
-    key = _identity(path) if _HASHED is not None else None
-    if key is not None and key in _HASHED:  # type: ignore[operator]
-        return _HASHED[key]  # type: ignore[index]
+    memo = _HASHED
+    key = _identity(path) if memo is not None else None
+    if memo is not None and key is not None and key in memo:
+        return memo[key]
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as handle:
@@ -250,8 +251,8 @@ def sha256(path: Path, fix: str | None = None) -> str:
                 digest.update(block)
     except OSError as exc:
         raise error(path, f"cannot be read ({exc.strerror or exc})", fix) from exc
-    if key is not None and _HASHED is not None:
-        _HASHED[key] = digest.hexdigest()
+    if memo is not None and key is not None:
+        memo[key] = digest.hexdigest()
     return digest.hexdigest()
 
 

@@ -33,6 +33,8 @@ from kit.drift.shipped import Evidence
 
 ALPHA = 0.05
 RATES = ("drift.rate", "drift.cell_rate", "drift.geometry")
+# A fault cell's coordinates: the case table's column and the record's list of its codes.
+CELL = (("position", "positions"), ("family", "families"), ("level", "levels"))
 # The bootstrap statistics of a rate difference whose sign says which detector is above:
 # the whole interval, its centre, or the end on the far side of zero.
 BOOT = {"positive": ("interval", "mean", "p50", "p2_5"),
@@ -128,9 +130,8 @@ def _cases(found: Pair, table: dict[str, Any], evidence: Evidence) -> Any:
     if found.model is not None:
         rows &= table["model"] == codes["models"].index(found.model)
     if found.cell is not None:
-        for column, value in zip(("position", "family", "level"), found.cell, strict=True):
-            rows &= table[column] == codes[f"{column}s" if column != "family"
-                                           else "families"].index(value)
+        for (column, listed), value in zip(CELL, found.cell, strict=True):
+            rows &= table[column] == codes[listed].index(value)
     if found.group is not None:
         rows &= table["stable"] if found.group == "stable" else ~table["stable"]
     return rows
