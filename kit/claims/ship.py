@@ -41,8 +41,9 @@ SHIPPED = ("score/protocol.yaml", "fetch/fetch.json", "split/split.json", "fault
            "score/score.json", "score/summary.json", "score/layers.npz",
            "score/clean-logits.npz", "bootstrap/bootstrap.json", "bootstrap/summary.json",
            "sensitivity/sensitivity.json", "sensitivity/summary.json")
-# Shipped when the run has it: the grid tables' layer scores (kit.drift.ties).
-DRIFT_OPTIONAL = ("score/grid-layers.npz",)
+# Shipped when the run has them: the grid tables' layer scores (kit.drift.ties) and the
+# controls' (kit.drift.shipped.ControlNull).
+DRIFT_OPTIONAL = ("score/grid-layers.npz", "score/control-layers.npz")
 
 # The sweep's per-case evidence: one row per cell, model and export, with what each release
 # offered; its raw outputs stay in the run folder, listed by the shipped run manifest.

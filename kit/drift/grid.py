@@ -38,16 +38,17 @@ def grid_row(table: Table, quantile: float, localise: bool = True) -> dict[str, 
 
 
 def sensitivity(record: dict[str, Any], tables: dict[str, Table], reduced: Array,
-                quantile: float) -> dict[str, Any]:
-    """Every row of the rotation grid."""
+                quantile: float, localise: bool = True) -> dict[str, Any]:
+    """Every row of the rotation grid (without ``localise``, no row's top-1: a null whose
+    tables carry no ranks)."""
     first = record["primary_condition"]
     rows = {"primary": {"condition": first, "split": "full",
-                        **grid_row(tables[table_name("cand", first)], quantile)},
+                        **grid_row(tables[table_name("cand", first)], quantile, localise)},
             "primary-reduced": {"condition": first, "split": "reduced", **grid_row(
                 restrict(tables[table_name("cand", first)], reduced), quantile, False)}}
     for name, described in record["tables"].items():
         if described["cell"] == "cand" and described["reduced"]:
             rows[described["condition"]] = {"condition": described["condition"],
                                             "split": "reduced",
-                                            **grid_row(tables[name], quantile)}
+                                            **grid_row(tables[name], quantile, localise)}
     return rows

@@ -19,7 +19,7 @@ import numpy as np
 from kit.drift import analysis
 from kit.drift import bootstrap as engine
 from kit.drift.localise import TOP_K
-from kit.drift.shipped import Evidence
+from kit.drift.shipped import NO_RANKS, Evidence
 from kit.errors import KitError, RecountError
 from kit.files import sha256
 from kit.values import Value, constant, recorded
@@ -156,6 +156,8 @@ def grid(ev: Evidence, condition: str, field: str) -> Value:
     if field == "stability":
         return _pct(row["reference_stability"]["rate"])
     if field.startswith("top1/"):
+        if "top1" not in row:
+            raise KitError(NO_RANKS)  # a null without its controls' layer scores
         return _pct(row["top1"][field.split("/")[1]])
     detector, what = field.split("/")
     return _pct(row[detector][what]["rate"])

@@ -16,6 +16,7 @@ from kit.drift import analysis
 from kit.drift import bootstrap as engine
 from kit.drift.evidence import read_table, table_name
 from kit.drift.grid import sensitivity
+from kit.drift.localise import KINDS
 from kit.errors import KitError
 from kit.files import load_npz, read_json, read_yaml, sha256
 from kit.runfolder import inside, plain_name
@@ -26,23 +27,25 @@ Array = np.ndarray[Any, Any]
 # A case's detector scores, and the true layer's ranks among the layer sketches.
 SCORES = ("e_o_norm", "e_t_norm", "metamorphic", "mixed", "maximum", "cosine", "ratio")
 RANKS = ("rank_direct", "rank_metamorphic", "rank_maximum")
-NO_RANKS = ("the null (unmutated controls) has no layer ranks: the run records no per-layer "
-            "sketches for its held-out controls")
+CONTROL_LAYERS = "score/control-layers.npz"
+GRID_LAYERS = "score/grid-layers.npz"
+NO_RANKS = ("the null (unmutated controls) has no layer ranks: the evidence holds no per-layer "
+            f"scores of its held-out controls ({CONTROL_LAYERS}, written by runs since 7 Dec "
+            "2026) or none of this table's layers")
 
 
 class _NoRanks(dict[str, Array]):
-    """A null's case table: its rank columns cannot be read (``NO_RANKS``)."""
+    """A null's case table without rank columns: reading one is a KitError (``NO_RANKS``)."""
 
-    def __getitem__(self, key: str) -> Array:
+    def __missing__(self, key: str) -> Array:
         if key in RANKS:
             raise KitError(NO_RANKS)
-        return super().__getitem__(key)
+        raise KeyError(key)
 
 
-def controls_in_place(table: dict[str, Array], where: str) -> dict[str, Array]:
-    """``table`` with every injected fault undone: each fault case's detector scores are
-    those of its unmutated control (the held-out clean case of the same model and image);
-    labels, roles and the rest stay. A fault case without its control is a KitError."""
+def _controls_of(table: dict[str, Array], where: str) -> tuple[Array, Array]:
+    """(every fault row, the row of its unmutated control: the held-out clean case of the
+    same model and image). A fault case without its control is a KitError."""
     fault, role = table["fault"], table["role"]
     key = table["model"].astype(np.int64) * (1 << 32) + table["image"].astype(np.int64)
     controls = np.flatnonzero((fault == analysis.CLEAN) & (role == analysis.HELDOUT))
@@ -53,11 +56,57 @@ def controls_in_place(table: dict[str, Array], where: str) -> dict[str, Array]:
     if not found.all():
         raise KitError(f"{where}: a fault case has no unmutated control of its model and "
                        "image, so no null can be built")
-    null = dict(table)
+    return faulty, order[at]
+
+
+def controls_in_place(table: dict[str, Array], where: str,
+                      ranks: dict[str, Array] | None = None) -> dict[str, Array]:
+    """``table`` with every injected fault undone: each fault case's detector scores are
+    those of its unmutated control; labels, roles and the rest stay. Its rank columns are
+    ``ranks`` (per kind, from ``controls_in_layers``), or without them absent."""
+    faulty, control = _controls_of(table, where)
+    null = {name: column for name, column in table.items() if name not in RANKS}
     for column in SCORES:
         null[column] = table[column].copy()
-        null[column][faulty] = table[column][order[at]]
-    return _NoRanks(null)
+        null[column][faulty] = table[column][control]
+    if ranks is None:
+        return _NoRanks(null)
+    return {**null, **{f"rank_{kind}": ranks[kind].astype(np.int16) for kind in ranks}}
+
+
+def controls_in_layers(table: dict[str, Array], layers: dict[str, Array],
+                       controls: dict[str, Array], models: list[str], where: str
+                       ) -> dict[str, Array]:
+    """A localised table's per-layer scores (``layers``: its clean calibration and fault
+    rows) with each fault row's scores those of its unmutated control (``controls``: the
+    clean held-out rows', as ``score/control-layers.npz`` keeps them per table)."""
+    faulty, control = _controls_of(table, where)
+    control_of = np.full(len(table["model"]), -1, np.int64)
+    control_of[faulty] = control
+    out = dict(layers)
+    for name in models:
+        rows = layers[f"{name}/rows"]
+        fault = table["fault"][rows] != analysis.CLEAN
+        held = _array(controls, f"{name}/rows", where).astype(np.int64)
+        order = np.argsort(held, kind="stable")
+        wanted = control_of[rows[fault]]
+        at = order[np.minimum(np.searchsorted(held[order], wanted), len(held) - 1)]
+        if len(held) == 0 or (held[at] != wanted).any():
+            raise KitError(f"{where}: a fault case's control of {name} has no layer scores")
+        for kind in KINDS:
+            scores, theirs = layers[f"{name}/{kind}"], _array(controls, f"{name}/{kind}", where)
+            if theirs.shape != (len(held), scores.shape[1]):
+                raise KitError(f"{where}: the controls' {name}/{kind} scores have shape "
+                               f"{theirs.shape}, not {(len(held), scores.shape[1])}")
+            out[f"{name}/{kind}"] = scores.copy()
+            out[f"{name}/{kind}"][fault] = theirs[at]
+    return out
+
+
+def _array(arrays: dict[str, Array], key: str, where: str) -> Array:
+    if key not in arrays:
+        raise KitError(f"{where}: the controls' layer scores have no array {key!r}")
+    return arrays[key]
 
 
 class Evidence:
@@ -119,6 +168,11 @@ class Evidence:
     def layers(self) -> dict[str, Array]:
         return self._checked_npz("layers")
 
+    @property
+    def ranked(self) -> bool:
+        """Whether every localised table's rank columns can be read."""
+        return True
+
     @cached_property
     def clean(self) -> dict[str, Array]:
         return self._checked_npz("clean_logits")
@@ -144,7 +198,7 @@ class Evidence:
     def sensitivity(self) -> dict[str, Any]:
         tables = {name: self._tables(name) for name in self.record["tables"]}
         reduced = np.asarray(self.json("split/split.json")["reduced_positions"])
-        return sensitivity(self.record, tables, reduced, self.quantile)
+        return sensitivity(self.record, tables, reduced, self.quantile, self.ranked)
 
     def memo(self, key: str, compute: Callable[[], Any]) -> Any:
         """Compute once per evidence folder (several claims read one analysis)."""
@@ -176,15 +230,63 @@ class Evidence:
 class ControlNull(Evidence):
     """The null behind the detector and fault rows: the same evidence with every injected
     fault undone (``controls_in_place``), read by the same recompute functions. A rule that
-    still passes here passes without any fault to find. The layer sketches and the rank
-    columns are not the controls' (none were recorded for them): reading either is a
-    KitError, so such rows keep their status and say that no null stands behind them."""
+    still passes here passes without any fault to find. A localised table's layer scores
+    and ranks are its controls' (``controls_in_layers``, from ``score/control-layers.npz``);
+    evidence made before that file existed has no null ranks: reading them is a KitError,
+    so such rows keep their status and say that no null stands behind them."""
 
     def _tables(self, name: str) -> dict[str, Array]:
         base = Evidence._tables(self, name)
         return self.memo(f"null/{name}",  # type: ignore[no-any-return]
-                         lambda: controls_in_place(base, f"{self.root}/{name}"))
+                         lambda: self._null_table(name, base))
+
+    def _null_table(self, name: str, base: dict[str, Array]) -> dict[str, Array]:
+        where = f"{self.root}/{name}"
+        found = self._layers_of(name)
+        if found is None:
+            return controls_in_place(base, where)
+        layers = controls_in_layers(base, *found, self.models, where)
+        return controls_in_place(base, where, analysis.ranks_from_layers(
+            base, layers, self.models, self.quantile))
+
+    def _layers_of(self, name: str) -> tuple[dict[str, Array], dict[str, Array]] | None:
+        """(a localised table's layer scores, its controls'), or None where the evidence
+        lacks either."""
+        return self.memo(f"layers-of/{name}",  # type: ignore[no-any-return]
+                         lambda: self._read_layers(name))
+
+    def _read_layers(self, name: str) -> tuple[dict[str, Array], dict[str, Array]] | None:
+        described = self.record["tables"][name]
+        if not described.get("localisation") or not (self.root / CONTROL_LAYERS).is_file():
+            return None
+        if described["condition"] == self.record["primary_condition"]:
+            layers = self._checked_npz("layers")
+        elif (self.root / GRID_LAYERS).is_file():
+            layers = _prefixed(self.memo("grid-layers", lambda: load_npz(
+                self.root / GRID_LAYERS)), name)
+        else:
+            return None
+        controls = _prefixed(self.memo("control-layers", lambda: load_npz(
+            self.root / CONTROL_LAYERS)), name)
+        return (layers, controls) if layers and controls else None
+
+    @property
+    def ranked(self) -> bool:
+        """Whether every localised table has null ranks."""
+        return all(self._layers_of(name) is not None
+                   for name, d in self.record["tables"].items() if d.get("localisation"))
 
     @cached_property
     def layers(self) -> dict[str, Array]:
-        raise KitError(NO_RANKS)
+        name = table_name("cand", self.record["primary_condition"])
+        found = self._layers_of(name)
+        if found is None:
+            raise KitError(NO_RANKS)
+        return controls_in_layers(Evidence._tables(self, name), *found, self.models,
+                                  f"{self.root}/{name}")
+
+
+def _prefixed(arrays: dict[str, Array], table: str) -> dict[str, Array]:
+    """The arrays of one table in a file keyed ``<table>/<model>/...``."""
+    return {key[len(table) + 1:]: value for key, value in arrays.items()
+            if key.startswith(f"{table}/")}

@@ -45,6 +45,24 @@ META = {"function": "drift.rate", "args": {"detector": "metamorphic"}}
     ({"rule": "sign", "sign": "negative"},
      {"function": "drift.boot", "args": {"which": "fixed", "quantity": "metamorphic-direct/tpr",
                                          "stat": "p97_5"}}, Pair("direct", "metamorphic")),
+    ({"rule": "sign", "sign": "negative"},  # Table 4: metamorphic minus direct TPR
+     {"function": "drift.grid", "args": {"condition": "rot5-bilinear", "field": "difference"}},
+     Pair("direct", "metamorphic", condition="rot5-bilinear")),
+    ({"rule": "compare", "op": "lt", "than": {"function": "drift.grid", "args": {
+        "condition": "primary", "field": "direct/tpr"}}},
+     {"function": "drift.grid", "args": {"condition": "primary", "field": "metamorphic/tpr"}},
+     Pair("direct", "metamorphic", condition="primary")),
+    ({"rule": "compare", "op": "gt", "than": {"function": "drift.grid", "args": {
+        "condition": "rot5-bilinear", "field": "top1/metamorphic"}}},
+     {"function": "drift.grid", "args": {"condition": "rot5-bilinear", "field": "top1/direct"}},
+     Pair("direct", "metamorphic", condition="rot5-bilinear", stat="top1")),
+    ({"rule": "compare", "op": "lt", "than": {"function": "drift.localisation", "args": {
+        "kind": "maximum", "stat": "mrr"}}},
+     {"function": "drift.localisation", "args": {"kind": "metamorphic", "stat": "mrr"}},
+     Pair("maximum", "metamorphic", stat="mrr")),
+    ({"rule": "sign", "sign": "positive"},
+     {"function": "drift.localisation_difference", "args": {"a": "direct", "b": "metamorphic"}},
+     Pair("direct", "metamorphic", stat="top1")),
 ])
 def test_a_comparison_of_two_detection_rates_is_read_as_its_pair(
         rule: dict[str, Any], compute: dict[str, Any], expected: Pair) -> None:
@@ -64,6 +82,17 @@ def test_a_comparison_of_two_detection_rates_is_read_as_its_pair(
     ({"rule": "sign", "sign": "negative"},  # a lower end below zero says no direction
      {"function": "drift.boot", "args": {"which": "fixed", "quantity": "metamorphic-direct/tpr",
                                          "stat": "p2_5"}}),
+    ({"rule": "compare", "op": "gt", "than": {"function": "drift.localisation", "args": {
+        "kind": "direct", "stat": "top1", "model": "mobilenetv2_x0_5"}}},  # two models
+     {"function": "drift.localisation", "args": {"kind": "direct", "stat": "top1",
+                                                 "model": "vgg11_bn"}}),
+    ({"rule": "compare", "op": "gt", "than": {"function": "drift.grid", "args": {
+        "condition": "primary-reduced", "field": "metamorphic/tpr"}}},  # a restricted table
+     {"function": "drift.grid", "args": {"condition": "primary-reduced",
+                                         "field": "direct/tpr"}}),
+    ({"rule": "compare", "op": "le", "than": {"function": "drift.grid", "args": {
+        "condition": "rot20-bilinear", "field": "metamorphic/fpr"}}},
+     {"function": "drift.grid", "args": {"condition": "rot20-bilinear", "field": "direct/fpr"}}),
 ])
 def test_anything_else_is_left_to_the_plain_rule(rule: dict[str, Any],
                                                  compute: dict[str, Any]) -> None:
@@ -80,9 +109,9 @@ def _sides(lift: float) -> tuple[Any, Any]:
     table["e_o_norm"][fault] += lift
     codes = {"models": ["m0", "m1"], "positions": ["a", "b", "c"],
              "families": ["x", "y", "z"], "levels": ["low"]}
-    evidence = SimpleNamespace(table=lambda: table, quantile=0.99, record={"codes": codes})
+    evidence = SimpleNamespace(table=lambda *_: table, quantile=0.99, record={"codes": codes})
     null_table = controls_in_place(table, "t")
-    return evidence, SimpleNamespace(table=lambda: null_table)
+    return evidence, SimpleNamespace(table=lambda *_: null_table)
 
 
 def test_faults_that_lift_direct_exceed_the_null() -> None:
@@ -98,6 +127,31 @@ def test_faults_that_lift_direct_exceed_the_null() -> None:
     one = exceeds(Pair("direct", "metamorphic", model="m1"), evidence, null)  # type: ignore
     assert one[0]
     assert " of 60 held-out images" in one[1]
+
+
+def test_layers_the_faults_rank_first_under_direct_scoring_exceed_the_null() -> None:
+    """A localisation comparison counts top-1 hits, top-3 hits or reciprocal ranks of the
+    faulted layer: the finding ranks it first under direct scoring and fifth under
+    metamorphic; the null ranks it third under both."""
+    evidence, null = _sides(lift=0.0)
+    table, controls = evidence.table(), null.table()
+    fault = table["fault"] != CLEAN
+    for column, rank in (("rank_direct", 1), ("rank_metamorphic", 5), ("rank_maximum", 2)):
+        table[column] = np.where(fault, rank, 0).astype(np.int16)
+        controls[column] = np.where(fault, 3, 0).astype(np.int16)
+    for stat in ("top1", "top3", "mrr"):
+        found, words = exceeds(Pair("direct", "metamorphic", stat=stat),  # type: ignore
+                               evidence, null)
+        assert found
+        assert "on 120 of 120 held-out images the faults lift direct above metamorphic on " \
+            f"{ {'top1': 'top-1 hits', 'top3': 'top-3 hits', 'mrr': 'reciprocal ranks'}[stat]}" \
+            in words
+        assert not exceeds(Pair("metamorphic", "direct", stat=stat),  # type: ignore
+                           evidence, null)[0]
+    # maximum (2) above metamorphic (5) on reciprocal ranks, but neither is top-1
+    assert exceeds(Pair("maximum", "metamorphic", stat="mrr"), evidence, null)[0]  # type: ignore
+    assert not exceeds(Pair("maximum", "metamorphic", stat="top1"),  # type: ignore
+                       evidence, null)[0]
 
 
 def test_faults_that_change_nothing_do_not_exceed_the_null() -> None:

@@ -13,9 +13,13 @@ isolation over the full fault matrix.
 calibration rows and held-out fault rows), so ranks can be recomputed.
 ``score/grid-layers.npz``: the same scores of every other localised table, keyed
 ``<table>/<model>/<kind>`` and ``<table>/<model>/rows``. A replay on another CPU reads them
-to judge a rank that moved against the ties of its layer scores (``kit.drift.ties``). The
-stage record does not name the file, so a run's ``score.json`` keeps the shape of evidence
-shipped before the file existed; the run manifest and the shipped manifest hash it.
+to judge a rank that moved against the ties of its layer scores (``kit.drift.ties``).
+``score/control-layers.npz``: the per-layer scores of every localised table's clean
+held-out rows, keyed ``<table>/<model>/<kind>`` and ``<table>/<model>/rows``: each fault
+case's unmutated control, which the control null ranks the fault's layer on
+(``kit.drift.shipped.ControlNull``). The stage record names neither file, so a run's
+``score.json`` keeps the shape of evidence shipped before they existed; the run manifest
+and the shipped manifest hash them.
 ``score/protocol.yaml``: the protocol the run used. ``score/clean-logits.npz``: the
 clean model's logits in every cell (accuracy, stability, factor isolation).
 ``score/summary.json``: every primary result (``kit.drift.analysis``).
@@ -46,6 +50,7 @@ from kit.runfolder import Progress, Run
 from kit.runtime.worker import meta_path
 
 GRID_LAYERS = "grid-layers.npz"  # under score/; kit.drift.ties reads it
+CONTROL_LAYERS = "control-layers.npz"  # under score/; kit.drift.shipped.ControlNull reads it
 Array = np.ndarray[Any, Any]
 LEVELS = ["low", "high"]
 
@@ -113,6 +118,15 @@ def _clean_normalisers(stored: dict[str, Array], role: Array, quantile: float
     return norms, np.flatnonzero(cal)
 
 
+def _controls(model: str, stored: dict[str, Array], role: Array, offset: int
+              ) -> dict[str, Array]:
+    """The clean held-out rows' per-layer scores (the fault cases' unmutated controls),
+    keyed ``<model>/<kind>``, with their table rows under ``<model>/rows``."""
+    held = np.flatnonzero(role == ROLE_CODES["heldout"])
+    return {f"{model}/rows": (offset + held).astype(np.int32),
+            **{f"{model}/{k}": stored[k][held] for k in KINDS}}
+
+
 def _fault_ranks(stored: dict[str, Array], norms: dict[str, Array], layer_index: int, n: int
                  ) -> tuple[dict[str, Array], Array]:
     """Per-kind rank of the faulted layer on each of the n fault rows, and those rows' indices."""
@@ -158,8 +172,9 @@ def _score_columns(s: Scores, r_o: Array, r_t: Array, c_o: Array, ranks: dict[st
 
 
 def build_table(protocol: dict[str, Any], run: Run, outputs: Outputs, cell: str, cond: str,
-                localise: bool) -> tuple[dict[str, Array], dict[str, Array]]:
-    """The case table of one (cell, condition) and, with localisation, its layer scores."""
+                localise: bool) -> tuple[dict[str, Array], dict[str, Array], dict[str, Array]]:
+    """The case table of one (cell, condition) and, with localisation, its layer scores
+    (clean calibration and fault rows) and its controls' (clean held-out rows)."""
     split, fetched, faults = run.record("split"), run.record("fetch"), run.record("fault")
     positions, role, label, image = _condition_rows(split, cond)
     tol = protocol["detectors"]["mixed_tolerance"]
@@ -167,6 +182,7 @@ def build_table(protocol: dict[str, Any], run: Run, outputs: Outputs, cell: str,
     families = protocol["faults"]["families"]
     columns: dict[str, list[Array]] = {name: [] for name in CASE_COLUMNS}
     layers: dict[str, Array] = {}
+    controls: dict[str, Array] = {}
     offset = 0
     for m, model in enumerate(protocol["models"]):
         n_layers = int(fetched["models"][model]["sketch_outputs"])
@@ -196,6 +212,7 @@ def build_table(protocol: dict[str, Any], run: Run, outputs: Outputs, cell: str,
                                                positions, sel, ref_o, ref_t)
                 if fault is None:
                     norms, keep = _clean_normalisers(stored, role[sel], quantile)
+                    controls.update(_controls(model, stored, role[sel], offset))
                 else:
                     ranks, keep = _fault_ranks(stored, norms, fault["layer_index"], n)
                 for k in KINDS:
@@ -209,9 +226,8 @@ def build_table(protocol: dict[str, Any], run: Run, outputs: Outputs, cell: str,
             offset += n
         if localise:
             layers[f"{model}/rows"] = np.concatenate(kept_rows).astype(np.int32)
-            for k in KINDS:
-                layers[f"{model}/{k}"] = np.concatenate(kept_layers[k])
-    return {name: np.concatenate(parts) for name, parts in columns.items()}, layers
+            layers.update({f"{model}/{k}": np.concatenate(kept_layers[k]) for k in KINDS})
+    return {name: np.concatenate(parts) for name, parts in columns.items()}, layers, controls
 
 
 def clean_logits(protocol: dict[str, Any], run: Run, outputs: Outputs) -> dict[str, Array]:
@@ -264,8 +280,9 @@ def run_score(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
                               "codes": codes(protocol), "tables": {}}
     layers: dict[str, Array] = {}
     grid: dict[str, Array] = {}
+    controls: dict[str, Array] = {}
     for cell, cond, localise in plan:
-        columns, found = build_table(protocol, run, outputs, cell, cond, localise)
+        columns, found, held = build_table(protocol, run, outputs, cell, cond, localise)
         path = out / "cases" / f"{table_name(cell, cond)}.npz"
         write_table(path, columns, CASE_COLUMNS)
         record["tables"][table_name(cell, cond)] = {
@@ -275,10 +292,12 @@ def run_score(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
             layers = found
         elif localise:
             grid.update({f"{table_name(cell, cond)}/{k}": v for k, v in found.items()})
+        controls.update({f"{table_name(cell, cond)}/{k}": v for k, v in held.items()})
         progress.step(table_name(cell, cond))
     write_atomic(out / "protocol.yaml", yaml.safe_dump(protocol, sort_keys=True).encode())
     write_npz(out / "layers.npz", layers)
     write_npz(out / GRID_LAYERS, grid)
+    write_npz(out / CONTROL_LAYERS, controls)
     clean = clean_logits(protocol, run, outputs)
     write_npz(out / "clean-logits.npz", clean)
     labels = np.array([row["label"] for row in split["rows"]], np.int64)
