@@ -62,7 +62,8 @@ def call(spec: dict[str, Any], evidence: Any) -> Value:
         return FUNCTIONS[spec["function"]](evidence, **spec.get("args", {}))
     except KitError:
         raise
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError,
+            ZeroDivisionError) as exc:  # a value this evidence leaves undefined
         raise KitError(f"{evidence.root}: {spec['function']}({spec.get('args', {})}) cannot be "
                        f"recomputed from this evidence ({type(exc).__name__}: {exc})") from exc
 

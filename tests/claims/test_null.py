@@ -50,6 +50,27 @@ def test_only_agreement_is_checked_and_an_undecidable_null_is_named() -> None:
     assert kept.note.endswith("the null could not be decided (null.json: no value at 'x')")
 
 
+def test_a_value_the_null_leaves_undefined_is_named_never_a_traceback() -> None:
+    """The drift study's small configuration: its controls raise no alarm, so the fixed
+    interval of the detection difference has zero width and the widening (nested over
+    fixed) is undefined on the null; the row keeps its status and says why."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from kit.claims.rules import call
+
+    flat = {"metamorphic-direct/tpr": np.zeros(50)}
+    null = SimpleNamespace(root=Path("controls"), bootstrap=lambda which: flat)
+    with pytest.raises(KitError, match=r"controls: drift.boot_widening\(\{\}\) cannot be "
+                                       r"recomputed from this evidence \(ZeroDivisionError"):
+        call({"function": "drift.boot_widening"}, null)
+    kept = against_null(outcome("direction reproduced"),
+                        lambda: call({"function": "drift.boot_widening"}, null))
+    assert kept.status == "direction reproduced"
+    assert "the null could not be decided (controls: drift.boot_widening" in kept.note
+
+
 def test_a_null_record_that_contradicts_itself_fails_never_keeps_a_status() -> None:
     from kit.errors import RecountError
 
