@@ -105,7 +105,8 @@ def _condition(args: dict[str, Any]) -> str | None:
 
 
 def _detector(fn: str, args: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    """(detector, the cases) of one detection-rate call; None for anything else."""
+    """(detector or scoring, the cases) of one detection-rate or localisation call; None
+    for anything else."""
     if fn == "drift.localisation":
         if args.get("stat") not in STATS or set(args) - {"kind", "stat", "model"}:
             return None
