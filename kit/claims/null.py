@@ -13,13 +13,13 @@ same rule and recompute functions, on the null evidence. When the null passes to
 agreement is structural (the architecture or the probe, not anything learned): the row is
 ``by design`` at most, never ``reproduced`` or a direction, and its note says "the null
 passes too" with the null's value; except where the rule compares two of the drift study's
-detectors on their detection rates and the finding exceeds the null
-(``kit.drift.beyond``: on the controls both detectors' false alarms are equal in
-expectation, so the plain rule passes there about half the time). A row the null cannot
-be decided on (a value it leaves undefined) keeps its status and says why in its note, so
-a reader sees which rows no null stands behind; a null record whose summaries contradict
-its cases (``RecountError``) is a failed check like any other, never a reason to keep a
-status.
+detectors on the same fault cases (detection rates, or localisation scorings) and the
+finding exceeds the null (``kit.drift.beyond``: on the controls both detectors' false
+alarms, or both scorings' ranks of the fault's layer, are decided by clean drift alone). A
+row the null cannot be decided on (a value it leaves undefined) keeps its status and says
+why in its note, so a reader sees which rows no null stands behind; a null record whose
+summaries contradict its cases (``RecountError``) is a failed check like any other, never
+a reason to keep a status.
 """
 
 from __future__ import annotations
