@@ -239,3 +239,14 @@ def verify_edited_json(tmp_path: Path, folder: str, name: str,
     out = tmp_path / "out.json"
     code = verify(root, json_out=out)
     return code, json.loads(out.read_text())["problems"]
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Free disk where the tests write, so that a run that fails on a full disk says so in
+    its first lines: a full run needs a few GB under the temporary folder."""
+    import shutil
+    import tempfile
+
+    here = Path(__file__).resolve().parents[1]
+    free = {str(p): shutil.disk_usage(p).free / 2**30 for p in (here, Path(tempfile.gettempdir()))}
+    return "free disk: " + ", ".join(f"{p} {gib:.1f} GiB" for p, gib in free.items())
