@@ -45,6 +45,11 @@ class RecountError(KitError):
     """A summary in a shipped record contradicts what it summarises (named file, field)."""
 
 
+class Undefined(KitError):
+    """A value the evidence leaves undefined: a share of nothing (a precision where nothing
+    was flagged), so the rule has no number to judge (named file, field)."""
+
+
 class ConfigError(KitError):
     """A configuration or lock file is missing or malformed."""
 

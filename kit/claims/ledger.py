@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from kit import schema
-from kit.claims.null import against_null
+from kit.claims.null import PASSES, against_null
 from kit.claims.printed import printed
 from kit.claims.rules import CONSTANTS as CONSTANTS
 from kit.claims.rules import FUNCTIONS as FUNCTIONS
@@ -79,8 +79,9 @@ from kit.corpus.recompute import CorpusEvidence
 from kit.drift.beyond import exceeds, pair
 from kit.drift.recompute_realdrift import SweepEvidence
 from kit.drift.shipped import ControlNull, Evidence
-from kit.errors import KitError
+from kit.errors import KitError, Undefined
 from kit.files import read_yaml
+from kit.paths import ROOT
 from kit.sciml.recompute import SciEvidence
 
 # Per study: how its evidence folder is read, and the file whose presence means "run here"
@@ -269,8 +270,26 @@ def _behind_null(found: Outcome, claim: dict[str, Any], rule: dict[str, Any], ro
     beyond = None if compared is None else partial(
         exceeds, compared, _evidence(root / spec["evidence"], reader), null)
     capped: Outcome = against_null(found, partial(
-        _decide_claim, claim, rule, null, bool(spec["paper"]), base, where), who, beyond)
+        _decide_null, claim, rule, null, bool(spec["paper"]), base, where), who, beyond)
     return capped
+
+
+def _decide_null(claim: dict[str, Any], rule: dict[str, Any], null: Any, paper: bool,
+                 base: dict[str, Any], where: dict[str, Any]) -> Outcome:
+    """The claim decided on its null. A value the null leaves undefined (``Undefined``: a
+    precision where nothing was flagged) decides nothing by itself, but a rule is all of its
+    halves: when another half fails on the null, the null fails the rule; otherwise it stays
+    undecided (``against_null`` names why)."""
+    try:
+        return _decide_claim(claim, rule, null, paper, base, where)
+    except Undefined as undefined:
+        for part in rule.get("parts", ()):
+            verdict, words, _ = _decide_part(part, null, paper)
+            if verdict not in PASSES:
+                why = str(undefined).replace(f"{ROOT}/", "")
+                return Outcome(**base, **where, recomputed=f"{why}; {words}", rule=words,
+                               status=verdict)
+        raise
 
 
 def _failed(ids: list[str], substrate: str, why: str) -> str:

@@ -16,10 +16,12 @@ passes too" with the null's value; except where the rule compares two of the dri
 detectors on the same fault cases (detection rates, or localisation scorings) and the
 finding exceeds the null (``kit.drift.beyond``: on the controls both detectors' false
 alarms, or both scorings' ranks of the fault's layer, are decided by clean drift alone). A
-row the null cannot be decided on (a value it leaves undefined) keeps its status and says
-why in its note, so a reader sees which rows no null stands behind; a null record whose
-summaries contradict its cases (``RecountError``) is a failed check like any other, never
-a reason to keep a status.
+value the null leaves undefined (``Undefined``: a precision where nothing was flagged)
+decides nothing alone, but a rule is all of its halves: where another half fails on the null,
+the null fails the rule (``kit.claims.ledger._decide_null``). A row the null cannot be
+decided on keeps its status and says why in its note, so a reader sees which rows no null
+stands behind; a null record whose summaries contradict its cases (``RecountError``) is a
+failed check like any other, never a reason to keep a status.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kit.errors import KitError
+from kit.errors import KitError, Undefined
 from kit.sciml import probes
 from kit.sciml.stats import stat_scores, wilson
 from kit.values import Value, contradictions
@@ -77,7 +77,7 @@ def unified_pr(ev: Any, detector: str, field: str) -> Value:
     def share(name: str) -> tuple[int, int]:
         hits, n = fractions[name]
         if n == 0:
-            raise KitError(f"{ev.root}/unified.json: {detector} {name} undefined (n = 0)")
+            raise Undefined(f"{ev.root}/unified.json: {detector} {name} undefined (n = 0)")
         return hits, n
 
     if field == "precision_recall":

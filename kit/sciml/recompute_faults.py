@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.errors import KitError
+from kit.errors import KitError, Undefined
 from kit.sciml.recompute_mgn import _stat
 from kit.sciml.stats import wilson
 from kit.values import Value
@@ -285,7 +285,8 @@ def fault_some_recorded(ev: Any) -> Value:
 def fault_pr(ev: Any, detector: str, field: str) -> Value:
     value = _faults(ev)["precision_recall"][detector][field]
     if value is None:
-        raise KitError(f"{ev.root}/mgn_faults.json: {detector} {field} undefined (no detection)")
+        raise Undefined(f"{ev.root}/mgn_faults.json: {detector} {field} undefined "
+                        "(no detection)")
     return float(value) if isinstance(value, float) else int(value)
 
 

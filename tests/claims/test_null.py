@@ -71,6 +71,40 @@ def test_a_value_the_null_leaves_undefined_is_named_never_a_traceback() -> None:
     assert "the null could not be decided (controls: drift.boot_widening" in kept.note
 
 
+@pytest.mark.parametrize(("recall", "decided"), [(0.0, "fails"), (0.5, "undecided")])
+def test_a_value_the_null_leaves_undefined_fails_only_with_another_half(
+        monkeypatch: pytest.MonkeyPatch, recall: float, decided: str) -> None:
+    """A precision of nothing flagged decides nothing alone; a recall half that fails on the
+    null makes the null fail the rule (the rule is all of its halves)."""
+    from types import SimpleNamespace
+
+    from kit.claims import ledger, rules
+    from kit.errors import Undefined
+
+    def precision(ev: object) -> float:
+        raise Undefined("null/unified.json: conservation precision undefined (n = 0)")
+
+    monkeypatch.setitem(rules.FUNCTIONS, "test.precision", precision)
+    monkeypatch.setitem(rules.FUNCTIONS, "test.recall", lambda ev: recall)
+    above_zero = {"rule": "compare", "op": "gt", "label": "recall", "value": 0.81,
+                  "than": {"function": "sciml.constant_value", "args": {"value": 0.0}},
+                  "compute": {"function": "test.recall"}}
+    rule = {"rule": "rounds_to", "decimals": 2, "reason": "r", "parts": [above_zero]}
+    claim = {"value": 1.0, "compute": {"function": "test.precision"}}
+    base = {"claim": "B-077", "study": "sciml", "section": "", "statement": "",
+            "published": "1.00/0.81"}
+    decide = lambda: ledger._decide_null(  # noqa: E731
+        claim, rule, SimpleNamespace(root=ROOT), False, base, {"substrate": "kit"})
+    kept = against_null(outcome("direction reproduced"), decide)
+    assert kept.status == "direction reproduced"
+    if decided == "fails":
+        assert "the null fails this rule (untrained subjects: null/unified.json: conservation " \
+               "precision undefined (n = 0); recall 0 (paper 0.81)" in kept.note
+    else:
+        assert kept.note.endswith("the null could not be decided (null/unified.json: "
+                                  "conservation precision undefined (n = 0))")
+
+
 def test_a_null_record_that_contradicts_itself_fails_never_keeps_a_status() -> None:
     from kit.errors import RecountError
 
@@ -101,8 +135,7 @@ def test_every_shipped_sciml_row_that_agrees_has_a_null_that_fails_it(tmp_path: 
     rows = [c for c in json.loads(out.read_text())["claims"] if c["study"] == "sciml"]
     agreeing = [c for c in rows if c["status"] in ("reproduced", "direction reproduced")]
     assert agreeing, "some rows still agree beyond what an untrained subject gives"
-    assert all("the null fails this rule" in c["note"]
-               or "the null could not be decided" in c["note"] for c in agreeing)
+    assert all("the null fails this rule" in c["note"] for c in agreeing)
     capped = [c for c in rows if "the null passes too" in c["note"]]
     assert capped, "no row was found structural"
     assert all(c["status"] == "by design" for c in capped)
