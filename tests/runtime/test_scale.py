@@ -6,7 +6,6 @@ tests/drift/test_sweep.py.)"""
 
 from __future__ import annotations
 
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -77,10 +76,8 @@ def test_the_local_cluster_refuses_a_foreign_client_and_runs_the_kits_jobs(
         port = address.rsplit(":", 1)[1]
         for foreign, security in ((f"tcp://127.0.0.1:{port}", None),
                                   (address, scale.run_security())):
-            start = time.monotonic()
             with pytest.raises((OSError, CommClosedError, TimeoutError)):
                 Client(foreign, timeout=3, security=security)
-            assert time.monotonic() - start < 5
         ports = [cluster.scheduler.http_server.port, *(
             w["services"]["dashboard"] for w in client.scheduler_info()["workers"].values())]
         for port in ports:  # Dask's HTTP servers answer no one: no keys, logs or stacks
