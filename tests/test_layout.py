@@ -17,7 +17,9 @@ local imports included):
                   the studies' recompute modules and the claims), kit.owned (the rule
                   for the folders the kit writes), kit.locks (the lock files' pins, which
                   the environments and verify's interpreter check both read), kit.procs
-                  (a child the kit starts dies with its starter):
+                  (a child the kit starts dies with its starter), kit.papers (what the
+                  papers printed: the ledgers and printed tables, which the studies'
+                  reports show and the claims decide on):
                   nothing of the studies or the claims, and of kit.runtime only the
                   edges named in SHARED_RUNTIME
 
@@ -40,7 +42,7 @@ KIT = ROOT / "kit"
 PARTS = ("runtime", "drift", "sciml", "corpus", "claims", "reproduce", "audit")
 SHARED = ("kit.errors", "kit.files", "kit.paths", "kit.schema", "kit.runfolder", "kit.runlock",
           "kit.reporting", "kit.stats", "kit.tolerance", "kit.machine", "kit.heartbeat",
-          "kit.spread", "kit.values", "kit.owned", "kit.locks", "kit.procs")
+          "kit.spread", "kit.values", "kit.owned", "kit.locks", "kit.procs", "kit.papers")
 # What each part must never import.
 NOT_IMPORTED = ("reproduce", "audit")  # the command line's alone
 FORBIDDEN = {"runtime": ("drift", "sciml", "corpus", "claims", *NOT_IMPORTED),

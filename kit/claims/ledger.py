@@ -80,7 +80,7 @@ from kit.drift.beyond import exceeds, pair
 from kit.drift.recompute_realdrift import SweepEvidence
 from kit.drift.shipped import ControlNull, Evidence
 from kit.errors import KitError, Undefined
-from kit.files import read_yaml
+from kit.papers import read_ledger
 from kit.paths import ROOT
 from kit.sciml.recompute import SciEvidence
 
@@ -103,22 +103,16 @@ AGREEMENT = ("reproduced", "by design", "direction reproduced")
 
 
 def load_ledger(path: Path) -> dict[str, Any]:
-    """Read and validate a ledger; errors name the file, the claim and the field. Flat YAML
-    aliases are kept (``yaml.safe_dump`` writes a shared list as one), bombs refused
-    (``kit.files.read_yaml``)."""
-    ledger = read_yaml(path, aliases=True)
-    schema.check(ledger, SCHEMA.name, path)
-    ids = [c["id"] for c in ledger["claims"]]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise KitError(f"{path}: duplicate claim ids {duplicates}")
+    """Read and validate a ledger (``kit.papers.read_ledger``) and bind every recompute
+    function it names; errors name the file, the claim and the field."""
+    ledger = read_ledger(path)
     for claim in ledger["claims"]:
         for spec in _specs(claim):
             _bind(spec, f"{path}: claim {claim['id']}")
         for substrate in claim.get("rules", {}):
             if substrate not in ledger["substrates"]:
                 raise KitError(f"{path}: claim {claim['id']}: unknown substrate {substrate!r}")
-    return ledger  # type: ignore[no-any-return]
+    return ledger
 
 
 def _bind(spec: dict[str, Any], where: str) -> None:

@@ -15,8 +15,8 @@ from urllib.parse import quote
 
 from kit.claims.page_style import STATUSES, TABLE_COLUMNS, UNKNOWN
 from kit.claims.printed import printed
-from kit.claims.tables import load_tables
 from kit.errors import KitError
+from kit.papers import load_tables
 
 
 def _e(value: object) -> str:
@@ -160,7 +160,7 @@ def _entries(claims: list[dict[str, Any]], page_dir: Path, root: Path) -> str:
 
 def _printed_table(name: str, printed: dict[str, Any], claims: list[dict[str, Any]],
                    page_dir: Path, root: Path) -> str:
-    """A table as the paper printed it (``kit.claims.tables``): every column and row label,
+    """A table as the paper printed it (``kit.papers``): every column and row label,
     each cell's printed text, the kit's numbers for that cell beneath it."""
     keys = printed.get("column_keys", {})
     parts = [f"<h4>{_e(name)}, as printed</h4><p class=\"note\">{_e(printed['caption'])}</p>"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kit.claims import tables
+from kit import papers
 from kit.claims.coverage import collect, read_shipped
 from kit.drift.protocol import load_protocol
 from kit.schema import problems as schema_problems
@@ -34,7 +34,7 @@ def check_schemas(root: Path, ledgers: list[dict[str, Any]], recounts: str = "su
 
     for card in sorted(CARDS.glob("*.yaml")):
         problems += collect(_card_problems, card)
-    return problems + tables.problems(root, ledgers)
+    return problems + papers.problems(root, ledgers)
 
 
 SPLIT = Path("split") / "split.json"

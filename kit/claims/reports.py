@@ -60,7 +60,7 @@ def _drift(evidence: Path, out: Path) -> Path:
     if (evidence / "machine.json").is_file():
         provenance.update({f"machine {k}": v for k, v in
                            read_json(evidence / "machine.json").items()})
-    from kit.claims.tables import load_tables
+    from kit.papers import load_tables
 
     printed = {f"table{name.split()[-1]}": (table["columns"],
                                             [[row["label"], *row["cells"]]

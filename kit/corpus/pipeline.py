@@ -40,8 +40,7 @@ from kit.runtime.runtimes import Runtime, release_runtime
 from kit.runtime.scale import Batch, run_batches
 
 PROTOCOL = ROOT / "kit" / "protocols" / "corpus.yaml"
-CASES_JSON = "corpus/cases.json"
-CRASHES_JSON = "corpus/crashes.json"
+CASES_JSON, CRASHES_JSON = rule.CASES_JSON, rule.CRASHES_JSON
 
 
 def load_corpus_protocol(path: Path = PROTOCOL) -> dict[str, Any]:

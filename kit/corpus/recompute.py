@@ -30,8 +30,7 @@ from kit.files import load_npz, read_json
 from kit.stats import wilson
 from kit.values import Value
 
-CASES_JSON = "corpus/cases.json"
-CRASHES_JSON = "corpus/crashes.json"
+CASES_JSON, CRASHES_JSON = rule.CASES_JSON, rule.CRASHES_JSON
 
 
 class CorpusEvidence:

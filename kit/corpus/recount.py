@@ -69,8 +69,6 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def kit_problems(ev: Any) -> list[str]:
     """The ``kit`` substrate's cases.json and crashes.json against their recount (``ev``: its
     ``kit.corpus.recompute.CorpusEvidence``, whose recounts the claims share)."""
-    from kit.corpus.recompute import CASES_JSON, CRASHES_JSON
-
     root = ev.root
     recounted = ev.decisions_under(rule.REVISED)
     problems = []
@@ -81,10 +79,10 @@ def kit_problems(ev: Any) -> list[str]:
         problems += contradictions(case, expected, f"cases/{i}", SOURCE)
     problems += contradictions(ev.record["summary"], summary(list(recounted.values())),
                                "summary", SOURCE)
-    found = [f"{root / CASES_JSON}: {p}" for p in problems]
-    crashes = read_json(root / CRASHES_JSON)
+    found = [f"{root / rule.CASES_JSON}: {p}" for p in problems]
+    crashes = read_json(root / rule.CRASHES_JSON)
     for i, case in enumerate(crashes["crashes"]):
-        found += [f"{root / CRASHES_JSON}: {p}" for p in contradictions(
+        found += [f"{root / rule.CRASHES_JSON}: {p}" for p in contradictions(
             case["decision"], ev.crashes[case["id"]], f"crashes/{i}/decision", SOURCE)]
     return found
 

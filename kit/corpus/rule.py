@@ -35,6 +35,8 @@ ENVELOPE_FACTOR = 100.0
 PAPER_REPRODUCED, PAPER_LISTED = 10, 14
 FROZEN, REVISED = 1, 2  # the deviation rule as first committed, and as revised in 02e59e2
 RULE_VERSIONS = (FROZEN, REVISED)
+# The records the pipeline writes its decisions into and verify recounts them from
+CASES_JSON, CRASHES_JSON = "corpus/cases.json", "corpus/crashes.json"
 
 
 def scale(reference: dict[str, Array]) -> float:

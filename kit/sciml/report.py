@@ -27,6 +27,7 @@ import numpy as np
 
 from kit.errors import FileFormatError, KitError
 from kit.files import read_json, write_atomic
+from kit.papers import FILE, load_tables, read_ledger
 from kit.paths import ROOT
 from kit.reporting import (
     PageFigure,
@@ -339,9 +340,7 @@ def write_report(evidence: Path, out: Path | None = None) -> Path:
              "Operator floor per mesh resolution": floor_table(records["operator_floor.json"])}
     for number, (header, rows) in enumerate(found.values(), 1):
         write_table(out, f"table{number}", header, rows)
-    from kit.claims.ledger import load_ledger
-
-    published = load_ledger(LEDGER)  # the claim ledger: the paper's values, by claim id
+    published = read_ledger(LEDGER)  # the claim ledger: the paper's values, by claim id
     figures = {"figure1-operator-floor.png": floor_figure(
                    records["operator_floor.json"], paper_slope(published)),
                "figure2-verdict-reading.png": verdict_figure(ledger, paper_points(published)),
@@ -365,8 +364,6 @@ def printed_tables() -> list[PageTable]:
     """The paper's own tables, as printed (``claims/papers/tables.yaml``), after the kit's:
     its values beside the kit's tables above (none where the checkout has no
     transcription)."""
-    from kit.claims.tables import FILE, load_tables
-
     if not (ROOT / FILE).is_file():
         return []
     return [PageTable(f"{name}, as the paper printed it (the paper's subjects)",

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kit.claims.ledger import load_ledger
 from kit.drift import report
 from kit.files import read_json, sha256
 from kit.machine import fingerprint
+from kit.papers import read_ledger
 from kit.paths import ROOT
 from kit.runfolder import TIMINGS, Run
 from kit.runtime.docker import MANIFEST as IMAGES_MANIFEST
@@ -45,5 +45,5 @@ def provenance(run: Run) -> dict[str, Any]:
 
 def run_report(protocol: dict[str, Any], run: Run) -> dict[str, Any]:
     del protocol
-    return report.write_report(run, run.root / "report", report.paper_values(load_ledger(LEDGER)),
+    return report.write_report(run, run.root / "report", report.paper_values(read_ledger(LEDGER)),
                                provenance(run))

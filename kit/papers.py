@@ -1,4 +1,11 @@
-"""The papers' printed tables, whole (``claims/papers/tables.yaml``, schema
+"""What the papers printed, as the kit holds it, read with no study's code, so that the
+studies' reports (below ``kit.claims`` in the import order) show the paper beside the kit
+from the same files verify decides on.
+
+The claim ledgers (``claims/<study>.yaml``, ``read_ledger``): schema-checked and each claim
+id once; ``kit.claims.ledger.load_ledger`` adds the binding of every recompute function.
+
+The papers' printed tables, whole (``claims/papers/tables.yaml``, schema
 ``printed_tables.schema.json``, under the evidence root): every column header and row
 label as printed and each cell's printed text, transcribed from each paper's text, with
 the ledger's row keys and column names that place the kit's numbers in them. The claims
@@ -18,6 +25,19 @@ from kit.files import read_yaml
 from kit.paths import ROOT
 
 FILE = Path("claims") / "papers" / "tables.yaml"
+
+
+def read_ledger(path: Path) -> dict[str, Any]:
+    """A claim ledger, read and validated: its schema and no claim id twice (KitError naming
+    the file otherwise). Flat YAML aliases are kept (``yaml.safe_dump`` writes a shared list
+    as one), bombs refused (``kit.files.read_yaml``)."""
+    ledger = read_yaml(path, aliases=True)
+    schema.check(ledger, "claim_ledger.schema.json", path)
+    ids = [c["id"] for c in ledger["claims"]]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise KitError(f"{path}: duplicate claim ids {duplicates}")
+    return ledger  # type: ignore[no-any-return]
 
 
 def load_tables(root: Path = ROOT) -> dict[tuple[str, str], dict[str, Any]]:

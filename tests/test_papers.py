@@ -1,4 +1,4 @@
-"""The papers' printed tables (``kit.claims.tables``): the shipped transcription validates
+"""The papers' printed tables (``kit.papers``): the shipped transcription validates
 and places every ledger cell; a cell in no printed row, a row of the wrong width and a key
 listed twice are named; the claims page draws a transcribed table whole, every printed
 column and row label with the kit's numbers beneath."""
@@ -13,8 +13,8 @@ import yaml
 
 from kit.claims.ledger import load_ledger
 from kit.claims.page import write_page
-from kit.claims.tables import FILE, load_tables, problems
 from kit.errors import KitError
+from kit.papers import FILE, load_tables, problems
 from kit.paths import ROOT
 
 LEDGERS = [load_ledger(ROOT / "claims" / f"{study}.yaml") for study in ("drift", "sciml")]
