@@ -4,7 +4,9 @@ of a lower-level error; YAML alias bombs are refused before anything walks them.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,20 @@ def billion_laughs(levels: int = 9) -> str:
     lines += [f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]"
               for i in range(1, levels)]
     return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def nothing_walked() -> Iterator[list[object]]:
+    """Within the block, every YAML document built and every schema consulted is recorded
+    (and not done) in the list yielded: a bomb refused in time leaves it empty."""
+    from kit import schema
+
+    walked: list[object] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(yaml.constructor.BaseConstructor, "construct_document",
+                      lambda *args: walked.append(args))
+        patch.setattr(schema, "violations", lambda *args: walked.append(args) or [])
+        yield walked
 
 
 def test_the_error_names_the_file_and_is_a_kit_error(tmp_path: Path) -> None:

@@ -352,27 +352,21 @@ def test_claims_on_physicsnemo_are_not_run_here_when_the_run_left_it_out(
 
 
 def test_a_yaml_alias_bomb_in_a_ledger_is_refused_and_flat_aliases_kept(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     """A ledger may keep the flat aliases ``yaml.safe_dump`` writes for a shared list (the
     shipped ones do), but a 'billion laughs' is refused before anything builds or walks it:
     no YAML document is constructed and no schema is consulted."""
-    import yaml
-
-    from kit import schema
     from kit.errors import FileFormatError
-    from tests.test_files import billion_laughs
+    from tests.test_files import billion_laughs, nothing_walked
 
     text = (ROOT / "claims" / "drift.yaml").read_text()
     assert "*id001" in text
     assert load_ledger(ROOT / "claims" / "drift.yaml")["study"] == "drift"
     path = tmp_path / "drift.yaml"
     path.write_text(text + billion_laughs())
-    walked: list[object] = []
-    monkeypatch.setattr(yaml.constructor.BaseConstructor, "construct_document",
-                        lambda *args: walked.append(args))
-    monkeypatch.setattr(schema, "violations", lambda *args: walked.append(args) or [])
-    with pytest.raises(FileFormatError, match=r"drift\.yaml: YAML aliases expand the file's "
-                                              r"\d+ nodes to \d+ .*an alias bomb"):
+    with nothing_walked() as walked, pytest.raises(
+            FileFormatError, match=r"drift\.yaml: YAML aliases expand the file's \d+ nodes "
+                                   r"to \d+ .*an alias bomb"):
         load_ledger(path)
     assert not walked
 

@@ -70,18 +70,13 @@ def test_a_yaml_alias_bomb_in_a_protocol_is_refused_at_once(
     """A user's ``--protocol`` file holding a 'billion laughs' (9**9 scalars from a few
     hundred bytes) is refused before anything builds or walks it (no YAML document is
     constructed, no schema consulted); so is any alias at all."""
-    from kit import schema
     from kit.__main__ import main
     from kit.errors import FileFormatError
-    from tests.test_files import billion_laughs
+    from tests.test_files import billion_laughs, nothing_walked
 
     path = tmp_path / "bomb.yaml"
     path.write_text(PROTOCOL.read_text() + billion_laughs())
-    walked: list[object] = []
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(yaml.constructor.BaseConstructor, "construct_document",
-                      lambda *args: walked.append(args))
-        patch.setattr(schema, "violations", lambda *args: walked.append(args) or [])
+    with nothing_walked() as walked:
         with pytest.raises(FileFormatError, match=r"bomb\.yaml: a YAML alias \(\*\) repeats "
                                                   r"the anchored \(&\) node at line \d+"):
             load_protocol(path)
