@@ -66,7 +66,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kit import schema
 from kit.claims.null import PASSES, against_null
 from kit.claims.printed import printed
 from kit.claims.rules import CONSTANTS as CONSTANTS
@@ -95,7 +94,6 @@ STUDIES: dict[str, tuple[type[Evidence] | type[SciEvidence] | type[SweepEvidence
 # The nulls a substrate builds from its own evidence (``null_from: controls``).
 NULLS = {"controls": ControlNull}
 
-SCHEMA = schema.SCHEMAS / "claim_ledger.schema.json"
 STATUSES = ("reproduced", "by design", "direction reproduced", "direction reversed", "described",
             "consistent", "hypothesis holds", "hypothesis fails", "differs", "not run here")
 # The statuses that claim agreement with the paper: each such rule must be able to fail.
