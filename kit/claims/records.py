@@ -18,7 +18,8 @@ from kit.schema import problems as schema_problems
 def check_schemas(root: Path, ledgers: list[dict[str, Any]], recounts: str = "summaries"
                   ) -> list[str]:
     """Problems with the evidence records and protocol copies the ledgers point at, and
-    with the SciML MR cards (every violation of every file, empty when all validate);
+    with the SciML MR cards where the SciML ledger is one of them (every violation of every
+    file, empty when all validate);
     ``recounts``: the stored summaries and decisions against their recount
     (``summaries``), with the drift localisation fields and the Polygraphy verdicts run
     again too (``deep``), or neither (``none``: ``verify --claim`` leaves them to the full
@@ -30,10 +31,11 @@ def check_schemas(root: Path, ledgers: list[dict[str, Any]], recounts: str = "su
                                 ledger["study"], recounts)
     if recounts != "none":
         problems += collect(split_copies, root, ledgers)
-    from kit.sciml.cards import CARDS
+    if any(ledger["study"] == "sciml" for ledger in ledgers):
+        from kit.sciml.cards import CARDS
 
-    for card in sorted(CARDS.glob("*.yaml")):
-        problems += collect(_card_problems, card)
+        for card in sorted(CARDS.glob("*.yaml")):
+            problems += collect(_card_problems, card)
     return problems + papers.problems(root, ledgers)
 
 

@@ -242,7 +242,9 @@ class Selection:
 # What a run for named claims leaves to the full run: checks that read only other claims'
 # inputs (the integrity checks of every file, the roots and the interpreter still run).
 LEFT_TO_FULL = ("left to a run without --claim: the recount of the stored bootstrap summaries "
-                "(no claim reads them) and the papers' own arithmetic of the rows not named")
+                "(no claim reads them), the schema checks of the records and MR cards of "
+                "the studies no named claim belongs to, and the papers' own arithmetic of "
+                "the rows not named")
 
 
 LEFT_TO_DEEP = ("the localisation fields of the drift study's stored bootstrap summaries, "
@@ -283,15 +285,17 @@ def evaluate_all(root: Path, ledger_paths: list[Path], problems: list[str],
     for check in (check_manifests, run_manifest_problems, check_trajectories,
                   training_weights_problems):
         problems += collect(check, root)
-    problems += collect(check_schemas, root, ledgers,
-                        "none" if only else "deep" if deep else "summaries")
-    problems += collect(paper_pin_problems, root, ledgers)
     if only:  # a named claim no ledger holds: refused, with the nearest ids
         Selection(claims=only).chosen([Outcome(c["id"], "", "", "", "", "", "", "", "")
                                        for ledger in ledgers for c in ledger["claims"]])
-    outcomes: list[Outcome] = []
     wanted = set(only) | {c["kit_answer"]["claim"] for ledger in ledgers
                           for c in ledger["claims"] if c["id"] in only and "kit_answer" in c}
+    read = [ledger for ledger in ledgers  # the studies whose records a named claim reads
+            if not only or any(c["id"] in wanted for c in ledger["claims"])]
+    problems += collect(check_schemas, root, read,
+                        "none" if only else "deep" if deep else "summaries")
+    problems += collect(paper_pin_problems, root, ledgers)
+    outcomes: list[Outcome] = []
     for ledger in ledgers:
         try:
             chosen = ledger if not only else {

@@ -1,7 +1,8 @@
 """An answer in a second (``kit.claims.answer``): ``verify --claim`` recomputes only what
 the named claims read. The rates of the drift study come without scikit-learn, the stored
-bootstrap summaries' recount and the papers' arithmetic of other rows are left to the full
-run (and the run says so), and the bench measures fresh starts and names a failing call."""
+bootstrap summaries' recount, the other studies' schema checks and the papers' arithmetic of
+other rows are left to the full run (and the run says so), and the bench measures fresh
+starts and names a failing call."""
 
 from __future__ import annotations
 
@@ -50,6 +51,32 @@ def test_a_run_for_named_claims_leaves_the_bootstrap_recount_to_the_full_run(
     assert verify_module.check_schemas(ROOT, ledgers) == []
     assert verify_module.check_schemas(ROOT, ledgers, recounts="deep") == []
     assert [(ev.root.name, deep) for ev, deep in calls] == [("digits", False), ("digits", True)]
+
+
+def test_a_run_for_named_claims_checks_the_records_of_their_studies_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The schema checks of records and MR cards no named claim reads are left to the full
+    run: a drift claim never validates the SciML verdict ledger or loads an MR card."""
+    from kit.claims import records
+
+    studies: list[list[str]] = []
+    cards: list[Path] = []
+    checked = verify_module.check_schemas
+    monkeypatch.setattr(verify_module, "check_schemas", lambda root, ledgers, recounts: (
+        studies.append(sorted(ledger["study"] for ledger in ledgers)) or []))
+    monkeypatch.setattr(records, "_card_problems", lambda card: cards.append(card) or [])
+    paths = sorted((ROOT / "claims").glob("*.yaml"))
+    for only in (("A-052",), ("B-077",), ("A-052", "B-077"), ()):
+        problems: list[str] = []
+        verify_module.evaluate_all(ROOT, paths, problems, only)
+        assert problems == []
+    assert studies == [["drift"], ["sciml"], ["drift", "sciml"],
+                       ["corpus", "drift", "realdrift", "sciml"]]
+    drift = [load_ledger(ROOT / "claims" / "drift.yaml")]
+    assert checked(ROOT, drift, "none") == []
+    assert cards == []
+    assert checked(ROOT, [*drift, load_ledger(ROOT / "claims" / "sciml.yaml")], "none") == []
+    assert len(cards) > 10
 
 
 def test_the_arithmetic_of_named_claims_only() -> None:
