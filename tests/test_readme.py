@@ -79,3 +79,19 @@ def test_the_readme_shows_the_matrix_of_the_shipped_replay_records() -> None:
     shown = re.search(r"<!-- replays -->\n(.*?)\n<!-- /replays -->", README, re.S)
     assert shown is not None
     assert shown.group(1) == markdown(records)
+
+
+def test_the_last_line_the_readme_shows_is_the_one_verify_prints() -> None:
+    """The example of verify's last line counts the claim checks of the README's status
+    table (which ``tests/claims/test_verify.py`` checks against verify) and names the root
+    the reviewer's command expects."""
+    shown = re.search(r"verify: (\d+) claim checks, 0 failed checks, [\d.]+ s; "
+                      r"root ([0-9a-f]{64}); OK", README)
+    assert shown is not None
+    expected = re.search(r"--expect-root ([0-9a-f]{64})", README)
+    assert expected is not None
+    assert shown.group(2) == expected.group(1)
+    header = README.index("| study | reproduced |")
+    table = README[header:].split("\n\n", 1)[0].splitlines()[2:]
+    assert len(table) == 4
+    assert int(shown.group(1)) == sum(int(row.rstrip(" |").rsplit("|", 1)[1]) for row in table)
