@@ -6,6 +6,7 @@ evidence, and no ``reproduced`` or direction row there is one its null also pass
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -132,7 +133,16 @@ def test_every_shipped_sciml_row_that_agrees_has_a_null_that_fails_it(tmp_path: 
 
     out = tmp_path / "out.json"
     verify(json_out=out)
-    rows = [c for c in json.loads(out.read_text())["claims"] if c["study"] == "sciml"]
+    every = json.loads(out.read_text())["claims"]
+    said = re.search(r"On sciml, (\d+) rows that agreed with the paper are `by design` because "
+                     r"the null\s+subjects, untrained, pass the same rule; on drift, (\d+) "
+                     r"because the unmutated controls", (ROOT / "README.md").read_text())
+    assert said is not None  # the README's counts of rows a passing null made by design
+    assert [int(n) for n in said.groups()] == [
+        sum(c["study"] == study and c["status"] == "by design"
+            and "the null passes too" in c["note"] for c in every)
+        for study in ("sciml", "drift")]
+    rows = [c for c in every if c["study"] == "sciml"]
     agreeing = [c for c in rows if c["status"] in ("reproduced", "direction reproduced")]
     assert agreeing, "some rows still agree beyond what an untrained subject gives"
     assert all("the null fails this rule" in c["note"] for c in agreeing)
