@@ -66,7 +66,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kit.claims.null import PASSES, against_null
+from kit.claims.null import PASSES, against_null, why
 from kit.claims.printed import printed
 from kit.claims.rules import CONSTANTS as CONSTANTS
 from kit.claims.rules import FUNCTIONS as FUNCTIONS
@@ -80,7 +80,6 @@ from kit.drift.recompute_realdrift import SweepEvidence
 from kit.drift.shipped import ControlNull, Evidence
 from kit.errors import KitError, Undefined
 from kit.papers import read_ledger
-from kit.paths import ROOT
 from kit.sciml.recompute import SciEvidence
 
 # Per study: how its evidence folder is read, and the file whose presence means "run here"
@@ -278,9 +277,8 @@ def _decide_null(claim: dict[str, Any], rule: dict[str, Any], null: Any, paper: 
         for part in rule.get("parts", ()):
             verdict, words, _ = _decide_part(part, null, paper)
             if verdict not in PASSES:
-                why = str(undefined).replace(f"{ROOT}/", "")
-                return Outcome(**base, **where, recomputed=f"{why}; {words}", rule=words,
-                               status=verdict)
+                return Outcome(**base, **where, recomputed=f"{why(undefined)}; {words}",
+                               rule=words, status=verdict)
         raise
 
 

@@ -36,6 +36,11 @@ CAPPED = ("reproduced", "direction reproduced")  # what a passing null takes awa
 PASSES = ("reproduced", "by design", "direction reproduced", "consistent")
 
 
+def why(exc: Exception) -> str:
+    """A null's error as a note shows it: paths relative to the checkout."""
+    return str(exc).replace(f"{ROOT}/", "")
+
+
 def against_null(outcome: Any, decide: Any, who: str = "untrained subjects",
                  beyond: Any = None) -> Any:
     """``outcome`` (one claim on a substrate with a null), capped at ``by design`` when
@@ -50,8 +55,8 @@ def against_null(outcome: Any, decide: Any, who: str = "untrained subjects",
     except RecountError:
         raise  # a null record that contradicts itself is a failed check, never a pass
     except KitError as exc:  # named, relative to the checkout, beside the kept status
-        why = str(exc).replace(f"{ROOT}/", "")
-        return replace(outcome, note=f"{outcome.note}; the null could not be decided ({why})")
+        return replace(outcome, note=f"{outcome.note}; the null could not be decided "
+                                     f"({why(exc)})")
     if null.status not in PASSES:
         said = f"the null fails this rule ({who}: {null.recomputed}, {null.status})"
         return replace(outcome, note=f"{outcome.note}; {said}")
