@@ -47,7 +47,8 @@ class RecountError(KitError):
 
 class Undefined(KitError):
     """A value the evidence leaves undefined: a share of nothing (a precision where nothing
-    was flagged), so the rule has no number to judge (named file, field)."""
+    was flagged) or any other quotient by zero, so the rule has no number to judge (named
+    file, field, or the recompute function and its arguments)."""
 
 
 class ConfigError(KitError):

@@ -21,7 +21,7 @@ from kit.corpus.recompute import RECOMPUTE_CORPUS
 from kit.corpus.recompute_detectors import RECOMPUTE_DETECTORS
 from kit.drift.recompute import RECOMPUTE
 from kit.drift.recompute_realdrift import RECOMPUTE_REALDRIFT
-from kit.errors import KitError
+from kit.errors import KitError, Undefined
 from kit.sciml.recompute import RECOMPUTE_SCIML
 from kit.values import Value
 
@@ -62,8 +62,10 @@ def call(spec: dict[str, Any], evidence: Any) -> Value:
         return FUNCTIONS[spec["function"]](evidence, **spec.get("args", {}))
     except KitError:
         raise
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError,
-            ZeroDivisionError) as exc:  # a value this evidence leaves undefined
+    except ZeroDivisionError as exc:  # a quotient of nothing: a value left undefined
+        raise Undefined(f"{evidence.root}: {spec['function']}({spec.get('args', {})}) is "
+                        f"undefined on this evidence (a quotient by zero: {exc})") from exc
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         raise KitError(f"{evidence.root}: {spec['function']}({spec.get('args', {})}) cannot be "
                        f"recomputed from this evidence ({type(exc).__name__}: {exc})") from exc
 

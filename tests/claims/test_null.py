@@ -60,11 +60,12 @@ def test_a_value_the_null_leaves_undefined_is_named_never_a_traceback() -> None:
     import numpy as np
 
     from kit.claims.rules import call
+    from kit.errors import Undefined
 
     flat = {"metamorphic-direct/tpr": np.zeros(50)}
     null = SimpleNamespace(root=Path("controls"), bootstrap=lambda which: flat)
-    with pytest.raises(KitError, match=r"controls: drift.boot_widening\(\{\}\) cannot be "
-                                       r"recomputed from this evidence \(ZeroDivisionError"):
+    with pytest.raises(Undefined, match=r"controls: drift.boot_widening\(\{\}\) is undefined "
+                                        r"on this evidence \(a quotient by zero"):
         call({"function": "drift.boot_widening"}, null)
     kept = against_null(outcome("direction reproduced"),
                         lambda: call({"function": "drift.boot_widening"}, null))
@@ -72,17 +73,21 @@ def test_a_value_the_null_leaves_undefined_is_named_never_a_traceback() -> None:
     assert "the null could not be decided (controls: drift.boot_widening" in kept.note
 
 
+@pytest.mark.parametrize("quotient", [False, True])
 @pytest.mark.parametrize(("recall", "decided"), [(0.0, "fails"), (0.5, "undecided")])
 def test_a_value_the_null_leaves_undefined_fails_only_with_another_half(
-        monkeypatch: pytest.MonkeyPatch, recall: float, decided: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, recall: float, decided: str, quotient: bool) -> None:
     """A precision of nothing flagged decides nothing alone; a recall half that fails on the
-    null makes the null fail the rule (the rule is all of its halves)."""
+    null makes the null fail the rule (the rule is all of its halves). A recompute function
+    that divides by zero (``quotient``) leaves its value undefined in the same way."""
     from types import SimpleNamespace
 
     from kit.claims import ledger, rules
     from kit.errors import Undefined
 
     def precision(ev: object) -> float:
+        if quotient:
+            return 0 / len(())
         raise Undefined("null/unified.json: conservation precision undefined (n = 0)")
 
     monkeypatch.setitem(rules.FUNCTIONS, "test.precision", precision)
@@ -95,15 +100,17 @@ def test_a_value_the_null_leaves_undefined_fails_only_with_another_half(
     base = {"claim": "B-077", "study": "sciml", "section": "", "statement": "",
             "published": "1.00/0.81"}
     decide = lambda: ledger._decide_null(  # noqa: E731
-        claim, rule, SimpleNamespace(root=ROOT), False, base, {"substrate": "kit"})
+        claim, rule, SimpleNamespace(root=ROOT / "null"), False, base, {"substrate": "kit"})
     kept = against_null(outcome("direction reproduced"), decide)
     assert kept.status == "direction reproduced"
+    undefined = "null: test.precision({}) is undefined on this evidence (a quotient by zero: " \
+        "division by zero)" if quotient else \
+        "null/unified.json: conservation precision undefined (n = 0)"
     if decided == "fails":
-        assert "the null fails this rule (untrained subjects: null/unified.json: conservation " \
-               "precision undefined (n = 0); recall 0 (paper 0.81)" in kept.note
+        assert f"the null fails this rule (untrained subjects: {undefined}; recall 0 " \
+               "(paper 0.81)" in kept.note
     else:
-        assert kept.note.endswith("the null could not be decided (null/unified.json: "
-                                  "conservation precision undefined (n = 0))")
+        assert kept.note.endswith(f"the null could not be decided ({undefined})")
 
 
 def test_a_null_record_that_contradicts_itself_fails_never_keeps_a_status() -> None:
