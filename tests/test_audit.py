@@ -1,10 +1,11 @@
-"""``python -m kit audit`` (kit.audit.command, kit.audit.model, kit.audit.calibrate,
-kit.audit.screen, kit.audit.oracle, kit.audit.bisect, kit.audit.report, and its benchmark
-kit.audit.bench): end to end on the two releases the default tests build, with a small conv
-net (within clean drift), a graph both releases compute bit for bit (no envelope needed)
-and with the corpus's Pad-into-AveragePool case (beyond it, localised, named by the
-screen); the screen on every corpus case; the refusals before anything runs; the
-calibration's arithmetic."""
+"""``python -m kit audit`` (kit.audit.command, kit.audit.cells, kit.audit.model,
+kit.audit.calibrate, kit.audit.screen, kit.audit.oracle, kit.audit.bisect, kit.audit.report,
+and its benchmark kit.audit.bench): end to end on the two releases the default tests
+build, with a small conv net (within clean drift), a graph both releases compute bit for
+bit (no envelope needed) and with the corpus's Pad-into-AveragePool case (beyond it,
+localised, named by the screen); models an exporter writes that the kit did not (scalars,
+text, a similarity matrix, a shape a release changes); the screen on every corpus case;
+the refusals before anything runs; the calibration's arithmetic."""
 
 from __future__ import annotations
 
@@ -462,8 +463,7 @@ def test_the_screen_alone_needs_no_inputs_and_no_runtime(tmp_path: Path) -> None
 def test_a_shape_or_dtype_a_release_changes_is_a_finding_naming_both() -> None:
     """A defect that gives an output or tensor another shape in one release: beyond clean
     drift, naming the output and both shapes; no measure of it crashes."""
-    from kit.audit.calibrate import first_moving
-    from kit.audit.command import describe
+    from kit.audit.calibrate import describe, first_moving
 
     alarm = load_protocol()["alarm"]
     rng = np.random.default_rng(0)

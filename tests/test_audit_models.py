@@ -45,7 +45,9 @@ def test_a_transformer_encoder_gets_a_verdict(transformer: tuple[Path, Path],
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads((out / "audit.json").read_text())
     assert record["verdict"] == "within clean drift"
-    assert record["compared_whole"] == {"states": "float32[12, 16, 32]"}  # by position
+    # by position, on every cell the audit ran
+    assert record["compared_whole"] == {"states": {
+        cell: {"dtype": "float32", "shapes": [[12, 16, 32]]} for cell in record["cells"]}}
     assert record["outputs"]["states"]["identical_share"] in (0.0, 1.0)  # one row: whole
     assert record["exposed"] is None  # within: nothing to localise, the copy never ran
     assert not record["oracle"]["ran"]  # within: neither side is nearer than rounding
@@ -206,14 +208,16 @@ def test_a_shape_a_release_changes_on_one_side_only_is_beyond_and_named() -> Non
     so the two sides' clean pairs differ in length; the verdict is beyond and names both
     shapes, never a broadcast error (audited end to end by hand: docs/audit.md)."""
     from kit.audit.calibrate import calibrate, verdict
-    from kit.audit.command import stacked
+    from kit.audit.cells import Whole, stacked
 
     rng = np.random.default_rng(0)
     right = rng.standard_normal((4, 3, 4)).astype(np.float32)
-    whole: dict[str, str] = {}
-    wrong = stacked([right.mean(keepdims=True)], [4], "y", whole)
-    assert whole == {"y": "float32[1, 1, 1]"}
-    assert stacked([right[:2], right[2:]], [2, 2], "y", whole).shape == (4, 3, 4)
+    whole: Whole = {}
+    wrong = stacked([right.mean(keepdims=True)], [4], "y", whole, "1.16.3/enable_all/t1")
+    assert whole == {"y": {"1.16.3/enable_all/t1": {"dtype": "float32", "shapes": [[1, 1, 1]]}}}
+    assert stacked([right[:2], right[2:]], [2, 2], "y", whole, "1.17.3/enable_all/t1").shape \
+        == (4, 3, 4)
+    assert list(whole["y"]) == ["1.16.3/enable_all/t1"]  # stacked by its rows: not whole
     alarm = PROTOCOL["alarm"]
     found = calibrate([(wrong, wrong), (right, right)], (wrong, right), 2, alarm)
     said, why = verdict({"y": found}, alarm["false_alarm_rate"])

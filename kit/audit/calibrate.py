@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from kit.tolerance import TINY
+
 Array = np.ndarray[Any, Any]
 Outputs = dict[str, Array]  # output name -> (inputs, ...) array
 
@@ -40,6 +42,10 @@ def reshaped(a: Array, b: Array) -> str:
 
 def numeric(a: Array) -> bool:
     return np.asarray(a).dtype.kind in "fc"
+
+
+def text(a: Array) -> bool:
+    return np.asarray(a).dtype.kind in "USO"
 
 
 def output_scale(a: Array) -> float:
@@ -119,8 +125,9 @@ def calibrate(clean: list[tuple[Array, Array]], audited: tuple[Array, Array], n_
                    if not reshaped(a, b)]
     flat_a = np.asarray(audited[0]).reshape(len(audited[0]), -1)
     flat_b = np.asarray(audited[1]).reshape(len(audited[1]), -1)
+    nan = numeric(flat_a)  # NaN equals NaN; text has none
     same = np.zeros(len(flat_a), bool) if changed else np.array(
-        [np.array_equal(x, y, equal_nan=True) for x, y in zip(flat_a, flat_b, strict=True)])
+        [np.array_equal(x, y, equal_nan=nan) for x, y in zip(flat_a, flat_b, strict=True)])
     return Calibration(tau=tau, clean_max=clean_max,
                        clean_heldout_rate=float(np.median(held_rates)) if len(held_rates)
                        else 0.0,
@@ -181,3 +188,27 @@ def first_moving(calibrations: dict[str, Calibration], exposed: list[dict[str, s
         if found is not None and found.audited_rate > rate:
             return {**entry, **found.as_dict()}
     return None
+
+
+def describe(a: Array, b: Array, name: str) -> dict[str, Any]:
+    """The plain measures of one output: largest absolute and relative difference, argmax
+    flips, Polygraphy's default verdict per input; none of them for two arrays of other
+    shapes or dtypes, which fail every input (``reshaped``), and no difference for a
+    string output, which is compared exactly (Polygraphy's comparison subtracts, so it
+    cannot compare text)."""
+    from kit.drift.polygraphy_check import polygraphy_fails
+
+    if reshaped(a, b):
+        return {"max_abs": None, "max_rel": None, "flips": None,
+                "polygraphy_fails": len(a), "polygraphy_verdict": "fails (shapes differ)"}
+    if text(a):
+        return {"max_abs": None, "max_rel": None, "flips": None, "polygraphy_fails": None,
+                "polygraphy_verdict": "cannot compare text"}
+    diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+    rel = diff / np.maximum(np.abs(np.asarray(a, np.float64)), TINY)
+    fails = polygraphy_fails(np.asarray(a, np.float32), np.asarray(b, np.float32), name)
+    return {"max_abs": float(np.nanmax(diff, initial=0.0)),
+            "max_rel": float(np.nanmax(np.where(diff == 0, 0, rel), initial=0.0)),
+            "flips": flips(np.asarray(a), np.asarray(b)),
+            "polygraphy_fails": int(fails.sum()), "polygraphy_verdict":
+                "fails" if fails.any() else "passes"}

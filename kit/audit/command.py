@@ -11,7 +11,8 @@ clean drift, where first, and does a known defect touch it.
    and the clean pairs of ``kit/protocols/audit.yaml``. On the venv backend each release's
    cells run in one worker process for the whole audit (``kit.runtime.serve``; the record's
    ``worker_processes``, null on docker or a Dask scheduler, which start one worker per
-   batch), with no cluster to start.
+   batch), with no cluster to start; each cell's outputs stacked back in input order or
+   compared whole (``kit.audit.cells``).
 4. Per output: largest absolute and relative difference, bit-identical share, argmax
    flips, Polygraphy's default verdict, the calibrated verdict (``kit.audit.calibrate``);
    only when the verdict is beyond clean drift, which side onnx's reference
@@ -27,37 +28,46 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
-from kit.audit.calibrate import calibrate, first_moving, flips, reshaped, verdict
+from kit.audit.calibrate import calibrate, describe, first_moving, verdict
+from kit.audit.cells import (
+    GRAPHS,
+    Whole,
+    as_run,
+    first_run,
+    label,
+    merge_whole,
+    run_cells,
+    write_inputs,
+)
 from kit.audit.model import (
     Cell,
     carry_external,
     check_inputs,
     external_files,
     fixed_batch,
+    input_count,
     load_model,
     load_protocol,
     parse_cell,
     probe,
+    sliced,
 )
-from kit.audit.oracle import judge_sides
+from kit.audit.oracle import judge_sides, spec_shapes, which_shape
 from kit.audit.report import write_report
 from kit.audit.screen import screen
 from kit.errors import KitError
-from kit.files import load_npz, write_atomic, write_npz
+from kit.files import write_atomic
 from kit.owned import publish, staged
 from kit.paths import ROOT
 from kit.runfolder import say
 from kit.runtime.serve import Workers
-from kit.tolerance import TINY
-
-GRAPHS = {"plain": "model.onnx", "probe": "probe.onnx"}
-RUN_ROWS = 64  # inputs per worker call for a model whose first axis is dynamic
 
 
 def clean_partners(side: Cell, protocol: dict[str, Any]) -> list[Cell]:
@@ -157,17 +167,16 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     carry_external(external, work)
     feeds = write_inputs(work, arrays, fixed_batch(model))
     outputs, whole, partners, cells = run_plain(sides, protocol, work, feeds, args, pool)
-    n = len(next(iter(arrays.values())))
+    n = input_count(arrays)
     n_cal = calibration_count(n, protocol)
     alarm, rate = protocol["alarm"], protocol["alarm"]["false_alarm_rate"]
 
     def judge(graph: str) -> dict[str, Any]:
-        names = outputs[(sides["from"], graph)].keys()
-        return {name: calibrate(
-            [(outputs[(side, graph)][name], outputs[(p, graph)][name])
-             for key, side in sides.items() for p in partners[key]],
-            (outputs[(sides["from"], graph)][name], outputs[(sides["to"], graph)][name]),
-            n_cal, alarm) for name in names}
+        clean = [[outputs[(side, graph)], outputs[(p, graph)]]
+                 for key, side in sides.items() for p in partners[key]]
+        return judged({key: outputs[(cell, graph)] for key, cell in sides.items()},
+                      {key: label(cell, graph) for key, cell in sides.items()}, clean,
+                      n_cal, alarm, whole)
 
     plain = judge("plain")
     found, why = verdict(plain, rate)
@@ -189,15 +198,14 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     oracle = {"ran": False, "why": "not run: the two sides agree within clean drift, so "
               "neither is nearer a reference than rounding", "outputs": {}}
     if found == "beyond clean drift":  # which side is right, and where it first moves
-        batched = [name for name in plain  # on one side at least: the other may have lost it
-                   if any(len(outputs[(cell, "plain")][name]) == n for cell in sides.values())]
-        oracle = judge_sides(onnx.load(str(args.model)) if external else model, arrays,
-                             *({name: outputs[(sides[key], "plain")][name] for name in batched}
-                               for key in ("from", "to")))
+        oracle = right_side(onnx.load(str(args.model)) if external else model, arrays, plain,
+                            {key: outputs[(cell, "plain")] for key, cell in sides.items()},
+                            {key: label(cell, "plain") for key, cell in sides.items()},
+                            whole, feeds[0][1])
         exposed = probe(model, work / GRAPHS["probe"], protocol["localisation"]["op_types"])
         probed, more = run_cells(cells, work, feeds, pool, "probe")
         outputs.update(probed)
-        whole.update(more)
+        merge_whole(whole, more)
         moving, moving_why = localise(judge("probe"), exposed, list(plain), rate)
         for path in work.glob("outputs/*/*/probe-*"):  # every activation of every input
             path.unlink()
@@ -209,6 +217,45 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             "envelope": "run" if any(partners.values()) else "not run: bit-identical",
             "first_moving": moving, **({} if moving_why is None else {"unlocalised": moving_why}),
             **({} if dialled is None else {"dial": dialled})}
+
+
+def judged(audited: dict[str, dict[str, Any]], labels: dict[str, str],
+           clean: list[list[dict[str, Any]]], n_cal: int, alarm: dict[str, Any],
+           whole: Whole) -> dict[str, Any]:
+    """Per output of the ``from`` side, its calibration (``kit.audit.calibrate``) from the
+    clean pairs' outputs and the audited pair's; where a release changed its shape or
+    dtype, both as the runtimes gave them (``as_run``, the sides' ``labels``), never as
+    the audit stacked them."""
+    found = {}
+    for name, a in audited["from"].items():
+        b = audited["to"][name]
+        c = calibrate([(x[name], y[name]) for x, y in clean], (a, b), n_cal, alarm)
+        if c.reshaped:
+            c = replace(c, reshaped=f"{as_run(a, name, labels['from'], whole)} against "
+                                    f"{as_run(b, name, labels['to'], whole)}")
+        found[name] = c
+    return found
+
+
+def right_side(model: Any, arrays: dict[str, Any], plain: dict[str, Any],
+               audited: dict[str, dict[str, Any]], labels: dict[str, str], whole: Whole,
+               first: int) -> dict[str, Any]:
+    """Which side onnx's reference implementation sides with (``kit.audit.oracle``): on
+    its values for every output with a batch axis on one side at least (the other may have
+    lost it), and, for an output whose shape a release changed, on the shape the
+    specification's shape inference gives the first run of ``first`` inputs."""
+    n = input_count(arrays)
+    batched = [name for name in plain
+               if any(len(audited[key][name]) == n for key in ("from", "to"))]
+    oracle = judge_sides(model, arrays, *({name: audited[key][name] for name in batched}
+                                          for key in ("from", "to")))
+    changed = [name for name, c in plain.items() if c.reshaped]
+    if changed:
+        spec = spec_shapes(model, {k: np.shape(v) for k, v in sliced(arrays, 0, first).items()})
+        oracle["outputs"].update({name: which_shape(spec.get(name), *(
+            first_run(audited[key][name], name, labels[key], whole, first)
+            for key in ("from", "to"))) for name in changed})
+    return oracle
 
 
 def calibration_count(n: int, protocol: dict[str, Any]) -> int:
@@ -224,7 +271,7 @@ IDENTICAL = ("the two sides' outputs are bit-identical on every input: a zero di
 
 def run_plain(sides: dict[str, Cell], protocol: dict[str, Any], work: Path,
               feeds: list[tuple[str, int]], args: argparse.Namespace, pool: Workers
-              ) -> tuple[dict[tuple[Cell, str], dict[str, Any]], dict[str, str],
+              ) -> tuple[dict[tuple[Cell, str], dict[str, Any]], Whole,
                          dict[str, list[Cell]], list[Cell]]:
     """The plain graph's outputs: the audited pair first, then the clean pairs' cells only
     when some output of the pair differs in a bit, or ``--envelope`` or ``--dial`` asks
@@ -241,7 +288,7 @@ def run_plain(sides: dict[str, Cell], protocol: dict[str, Any], work: Path,
         return outputs, whole, {key: [] for key in sides}, pair
     more, more_whole = run_cells(rest, work, feeds, pool, "plain")
     outputs.update(more)
-    whole.update(more_whole)
+    merge_whole(whole, more_whole)
     return outputs, whole, partners, pair + rest
 
 
@@ -271,90 +318,6 @@ UNDONE = ("no instrumented node leaves its clean envelope, and neither do the in
 UNEXPOSED = ("no instrumented node leaves its clean envelope, but the instrumented copy's "
              "outputs do: the move starts in a node the copy leaves unexposed (an op outside "
              "the protocol's op_types, or a tensor of an unknown type)")
-
-
-def describe(a: Any, b: Any, name: str) -> dict[str, Any]:
-    """The plain measures of one output: largest absolute and relative difference, argmax
-    flips, Polygraphy's default verdict per input; none of them for two arrays of other
-    shapes or dtypes, which fail every input (``calibrate.reshaped``)."""
-    from kit.drift.polygraphy_check import polygraphy_fails
-
-    if reshaped(a, b):
-        return {"max_abs": None, "max_rel": None, "flips": None,
-                "polygraphy_fails": len(a), "polygraphy_verdict": "fails (shapes differ)"}
-    diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
-    rel = diff / np.maximum(np.abs(np.asarray(a, np.float64)), TINY)
-    fails = polygraphy_fails(np.asarray(a, np.float32), np.asarray(b, np.float32), name)
-    return {"max_abs": float(np.nanmax(diff, initial=0.0)),
-            "max_rel": float(np.nanmax(np.where(diff == 0, 0, rel), initial=0.0)),
-            "flips": flips(np.asarray(a), np.asarray(b)),
-            "polygraphy_fails": int(fails.sum()), "polygraphy_verdict":
-                "fails" if fails.any() else "passes"}
-
-
-def write_inputs(work: Path, arrays: dict[str, Any], fixed: int | None
-                 ) -> list[tuple[str, int]]:
-    """The inputs file(s) the jobs read and the rows of each: runs of the model's fixed
-    first axis (the worker feeds a model only the shape it declares), else of ``RUN_ROWS``
-    (one ``inputs.npz`` when they all fit)."""
-    n = len(next(iter(arrays.values())))
-    step = fixed or RUN_ROWS
-    if fixed is None and n <= step:
-        write_npz(work / "inputs.npz", arrays)
-        return [("inputs.npz", n)]
-    feeds = []
-    for i in range(0, n, step):
-        name = f"inputs-{i // step:05d}.npz"
-        write_npz(work / name, {k: v[i:i + step] for k, v in arrays.items()})
-        feeds.append((name, min(step, n - i)))
-    return feeds
-
-
-def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int]],
-              pool: Workers, graph: str
-              ) -> tuple[dict[tuple[Cell, str], dict[str, Any]], dict[str, str]]:
-    """Every cell and inputs file of one graph (``GRAPHS``) in the kit's worker, one batch
-    per release to that release's worker in ``pool`` (``kit.runtime.serve``: one process
-    per release for every round of the audit), each file in one call (``whole``: a tensor
-    may lack a batch axis); each cell's outputs stacked back in input order (``stacked``).
-    Also the tensors compared whole, with the shape of their first run."""
-    from kit.runtime.runtimes import release_runtime
-    from kit.runtime.scale import Batch
-
-    jobs: dict[str, list[dict[str, Any]]] = {}
-    paths: dict[tuple[Cell, str], list[Path]] = {}
-    for cell in cells:
-        for feed, rows in feeds:
-            output = f"outputs/{cell.release}/{cell.level}-t{cell.threads}/{graph}-{feed}"
-            paths.setdefault((cell, graph), []).append(work / output)
-            jobs.setdefault(cell.release, []).append({
-                "id": f"{cell.name}/{graph}/{feed}", "model": GRAPHS[graph], "inputs": feed,
-                "graph_optimization": cell.level, "intra_op_threads": cell.threads,
-                "output": output, "batch_size": rows, "whole": True})
-    batches = [Batch(release_runtime(release), tuple(found), release)
-               for release, found in jobs.items()]
-    say(f"audit: {sum(len(j) for j in jobs.values())} jobs of the {graph} graph over "
-        f"{len(cells)} cells")
-    pool.run(batches, work, work)
-    found: dict[tuple[Cell, str], dict[str, Any]] = {}
-    whole: dict[str, str] = {}
-    sizes = [rows for _, rows in feeds]
-    for key, files in paths.items():
-        parts = [load_npz(path) for path in files]
-        found[key] = {name: stacked([part[name] for part in parts], sizes, name, whole)
-                      for name in parts[0]}
-    return found, whole
-
-
-def stacked(parts: list[Any], sizes: list[int], name: str, whole: dict[str, str]) -> Any:
-    """One tensor's runs in input order: concatenated along the batch axis where every run
-    carries its rows first, else compared whole (every run's values as one row of one
-    input, its shape recorded in ``whole``): an attention tensor laid out by head or by
-    sequence position is judged, never refused."""
-    if all(p.ndim and p.shape[0] == rows for p, rows in zip(parts, sizes, strict=True)):
-        return np.concatenate(parts)
-    whole.setdefault(name, " + ".join(f"{p.dtype}{list(p.shape)}" for p in parts))
-    return np.concatenate([p.reshape(-1) for p in parts]).reshape(1, 1, -1)
 
 
 def check_release_pair(sides: dict[str, Cell]) -> None:

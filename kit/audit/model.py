@@ -8,7 +8,8 @@
   them with the model into its work folder;
 - ``check_inputs``: an ``.npz`` whose arrays are exactly the graph's inputs (not its
   initializers), with their element types, ranks and every fixed dimension; the first axis
-  is the batch of inputs the audit splits and scores;
+  is the batch of inputs the audit splits and scores (``input_count``, ``sliced``), but
+  for a scalar input the graph declares (rank 0), which goes whole with every run;
 - ``probe``: a copy of the model that also outputs every tensor of a known element type
   (floating point, integer or boolean; compared exactly unless floating) that a node of the
   protocol's compute op types produces (``localisation.op_types``), in graph order, each
@@ -141,12 +142,17 @@ def check_inputs(model: onnx.ModelProto, path: Path, minimum: int
         if array.dtype != dtype:
             raise FileFormatError(f"{path}: input {name!r} is {array.dtype}, the model "
                                   f"takes {dtype}")
-        if array.ndim != len(dims) or any(isinstance(d, int) and d > 0 and d != n
+        if not dims and array.ndim == 0:  # a scalar the graph declares: every input's
+            continue
+        if array.ndim == 0 or array.ndim != len(dims) or any(isinstance(d, int) and d > 0 and d != n
                                           for d, n in zip(dims[1:], array.shape[1:],
                                                           strict=False)):
             raise FileFormatError(f"{path}: input {name!r} has shape {list(array.shape)}, "
                                   f"the model takes {dims} (first axis: the inputs)")
         counts.add(array.shape[0])
+    if not counts:
+        raise FileFormatError(f"{path}: every input of the model is a scalar, so nothing "
+                              "carries the inputs along a first axis")
     if len(counts) != 1 or min(counts) < minimum:
         raise FileFormatError(f"{path}: every input needs the same number of rows, at least "
                               f"{minimum} (half calibrate, half are held out); found "
@@ -156,6 +162,17 @@ def check_inputs(model: onnx.ModelProto, path: Path, minimum: int
         raise FileFormatError(f"{path}: the model fixes its first axis at {fixed}, so the "
                               f"rows ({min(counts)}) must come in whole runs of {fixed}")
     return arrays
+
+
+def input_count(arrays: dict[str, np.ndarray[Any, Any]]) -> int:
+    """The number of inputs: the first axis of every array but a scalar input's."""
+    return next(len(a) for a in arrays.values() if np.ndim(a))
+
+
+def sliced(arrays: dict[str, np.ndarray[Any, Any]], start: int, stop: int
+           ) -> dict[str, np.ndarray[Any, Any]]:
+    """Inputs ``start`` to ``stop`` of every array; a scalar input goes whole with each."""
+    return {k: v if np.ndim(v) == 0 else v[start:stop] for k, v in arrays.items()}
 
 
 def fixed_batch(model: onnx.ModelProto) -> int | None:

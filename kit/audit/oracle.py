@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from kit.audit.model import fixed_batch, input_count, sliced
+
 Array = np.ndarray[Any, Any]
 ORACLE_INPUTS = 4
 TIE = 1e-6  # relative to the oracle's largest magnitude: both sides equally near
@@ -65,12 +67,12 @@ def oracle_outputs(model: Any, feeds: dict[str, Array], wanted: Any = None
         try:
             evaluator = ReferenceEvaluator(candidate)
             wide = precision == "float64"
-            rows, step = len(next(iter(feeds.values()))), fixed_batch(model) or 1
+            n, step = input_count(feeds), fixed_batch(model) or 1
             runs: list[Any] = [
-                evaluator.run(names, {k: (v[i:i + step].astype(np.float64) if wide and
-                                         v.dtype == np.float32 else v[i:i + step])
-                                     for k, v in feeds.items()})
-                for i in range(0, rows - rows % step, step)]
+                evaluator.run(names, {k: (v.astype(np.float64) if wide and
+                                         v.dtype == np.float32 else v)
+                                     for k, v in sliced(feeds, i, i + step).items()})
+                for i in range(0, n - n % step, step)]
             return {name: np.concatenate([np.asarray(r[j]) for r in runs])
                     for j, name in enumerate(names)}, precision
         except Exception as exc:  # onnx.reference raises many kinds; the first says why
@@ -96,12 +98,6 @@ def _candidates(model: Any) -> Any:
             continue
         yield widened(lifted), f"float64, the model converted to opset {target}"
         yield lifted, f"as exported, the model converted to opset {target}"
-
-
-def fixed_batch(model: Any) -> int | None:
-    """The fixed size of the model's first input's first axis (None when dynamic)."""
-    dims = model.graph.input[0].type.tensor_type.shape.dim if model.graph.input else []
-    return int(dims[0].dim_value) if dims and dims[0].dim_value > 0 else None
 
 
 class OracleFailed(Exception):
@@ -141,9 +137,9 @@ def judge_sides(model: Any, arrays: dict[str, Array], from_outputs: dict[str, Ar
                 to_outputs: dict[str, Array]) -> dict[str, Any]:
     """Per output given (those with a batch axis), which side the reference implementation
     sides with (module docstring), on the last ``ORACLE_INPUTS`` inputs."""
-    rows, step = len(next(iter(arrays.values()))), fixed_batch(model) or 1
-    n = min(max(ORACLE_INPUTS, step) // step * step, rows - rows % step)
-    feeds = {name: np.asarray(value)[-n:] for name, value in arrays.items()}
+    total, step = input_count(arrays), fixed_batch(model) or 1
+    n = min(max(ORACLE_INPUTS, step) // step * step, total - total % step)
+    feeds = sliced(arrays, total - n, total)
     try:
         oracle, precision = oracle_outputs(model, feeds, set(from_outputs) & set(to_outputs))
     except OracleFailed as exc:
@@ -152,3 +148,47 @@ def judge_sides(model: Any, arrays: dict[str, Array], from_outputs: dict[str, Ar
     return {"ran": True, "precision": precision, "inputs": n, "outputs": {
         name: which_side(oracle[name], from_outputs[name][-n:], to_outputs[name][-n:])
         for name in oracle if name in from_outputs and name in to_outputs}}
+
+
+def spec_shapes(model: Any, inputs: dict[str, tuple[int, ...]]) -> dict[str, list[int] | None]:
+    """Each graph output's shape as the operator specification's shape inference gives it
+    (``onnx.shape_inference``, with data propagation) for inputs of the shapes given; None
+    where it leaves an axis or the rank open."""
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for value in copy.graph.input:
+        if value.name in inputs:
+            shape = value.type.tensor_type.shape
+            del shape.dim[:]
+            for size in inputs[value.name]:
+                shape.dim.add().dim_value = int(size)
+    del copy.graph.value_info[:]
+    for value in copy.graph.output:  # the declared shape may be the very thing in doubt
+        value.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(copy, data_prop=True)
+    except Exception:  # onnx raises its own kinds; no shape is then known
+        return {}
+    found: dict[str, list[int] | None] = {}
+    for value in inferred.graph.output:
+        kind = value.type.tensor_type
+        known = kind.HasField("shape") and all(d.HasField("dim_value") for d in kind.shape.dim)
+        found[value.name] = [d.dim_value for d in kind.shape.dim] if known else None
+    return found
+
+
+def which_shape(spec: list[int] | None, a: list[int], b: list[int]) -> dict[str, Any]:
+    """The side whose shape on one run is the specification's (``spec_shapes``): a release
+    that changed an output's shape is judged on the shape before any value."""
+    if spec is None:
+        closer = "cannot tell (the specification's shape inference leaves this shape open)"
+    elif a == spec and b != spec:
+        closer = "from"
+    elif b == spec and a != spec:
+        closer = "to"
+    else:
+        closer = "neither (the specification gives another shape)"
+    return {"from_error": None, "to_error": None, "closer": closer, "spec_shape": spec,
+            "shapes": {"from": a, "to": b}}

@@ -25,7 +25,8 @@ def _measured(record: dict[str, Any]) -> list[Any]:
         "Outputs", ["output", "max abs", "max rel", "bit-identical", "flips", "Polygraphy",
                     "tau", "audited alarm share", "unstable clean pairs"],
         [[n, _g(r["max_abs"]), _g(r["max_rel"]), f"{r['identical_share']:.0%}",
-          str(r["flips"]), f"{r['polygraphy_verdict']} ({r['polygraphy_fails']})",
+          str(r["flips"]), r["polygraphy_verdict"] + ("" if r["polygraphy_fails"] is None
+                                     else f" ({r['polygraphy_fails']})"),
           _g(r["tau"]), f"{r['audited_rate']:.0%}",
           "; ".join(pairs[i] for i in r["unstable"]) or "none"]
          for n, r in record["outputs"].items()], note=record["why"]))
@@ -33,7 +34,9 @@ def _measured(record: dict[str, Any]) -> list[Any]:
     sections.append(PageTable(
         "Which side is right (onnx.reference)", ["output", "from's error", "to's error",
                                                  "nearer the reference"],
-        [[n, _g(r["from_error"]), _g(r["to_error"]), r["closer"]]
+        [[n, _g(r["from_error"]), _g(r["to_error"]), r["closer"] + (
+            f" (the specification's shape {r['spec_shape']}; from {r['shapes']['from']}, "
+            f"to {r['shapes']['to']})" if r.get("spec_shape") else "")]
          for n, r in oracle.get("outputs", {}).items()],
         note=(f"the reference implementation on the last {oracle.get('inputs')} inputs, "
               f"{oracle.get('precision')}") if oracle.get("ran") else

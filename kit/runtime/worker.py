@@ -121,13 +121,14 @@ def canonical_json(obj: Any) -> bytes:
 
 def npz_bytes(arrays: dict[str, Array]) -> bytes:
     """An .npz archive whose bytes depend only on the arrays (sorted names, fixed
-    timestamps, stored uncompressed so no zlib version enters the bytes)."""
+    timestamps, stored uncompressed so no zlib version enters the bytes); a scalar stays
+    a scalar (``np.ascontiguousarray`` would make it one element long)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
         for name in sorted(arrays):
             payload = io.BytesIO()
             np.lib.format.write_array(  # type: ignore[no-untyped-call]
-                payload, np.ascontiguousarray(arrays[name]), allow_pickle=False)
+                payload, np.asarray(arrays[name], order="C"), allow_pickle=False)
             info = zipfile.ZipInfo(name + ".npy", date_time=ZIP_EPOCH)
             info.external_attr = 0o644 << 16
             archive.writestr(info, payload.getvalue())
@@ -514,9 +515,13 @@ def _check_inputs(session: Any, declared: Declared, shown: str) -> int:
                 for axis, dim in enumerate(meta.shape)):
             raise JobError(shown, f"input {name!r} has shape {shape}, "
                                   f"the graph wants {meta.shape}")
+        if not shape and not meta.shape:  # a scalar the graph declares: fed whole to every run
+            continue
         if not shape or shape[0] == 0:
             raise JobError(shown, f"input {name!r} has no batch axis or an empty batch")
         sizes.add(shape[0])
+    if not sizes:
+        raise JobError(shown, "no input carries a batch axis (every input is a scalar)")
     if len(sizes) != 1:
         raise JobError(shown, f"inputs disagree on the batch size: {sorted(sizes)}")
     return int(sizes.pop())
@@ -527,14 +532,17 @@ def _run_batched(session: Any, arrays: dict[str, Array], n: int,
                  batch: int, shown: str, whole: bool = False) -> dict[str, Array]:
     """Every row, ``batch`` at a time, each output concatenated along its batch axis; a
     ``whole`` job runs every row in one call and keeps each output as it comes (a
-    tensor with no batch axis, such as an attention score laid out by head, included)."""
+    tensor with no batch axis, such as an attention score laid out by head, or a scalar,
+    included). A scalar input goes whole to every call; a string output is kept as
+    fixed-width text (``storable``)."""
     import onnxruntime as ort
 
     batch = n if whole else batch
     names = [meta.name for meta in session.get_outputs()]
     chunks: dict[str, list[Array]] = {name: [] for name in names}
     for start in range(0, n, batch):
-        feed = {key: value[start:start + batch] for key, value in arrays.items()}
+        feed = {key: value if value.ndim == 0 else value[start:start + batch]
+                for key, value in arrays.items()}
         try:
             values = session.run(names, feed)
         except Exception as exc:  # onnxruntime raises its own unexported exception types
@@ -543,11 +551,31 @@ def _run_batched(session: Any, arrays: dict[str, Array], n: int,
                                   f"{min(start + batch, n) - 1}): "
                                   f"{_one_line(exc)}") from exc
         for name, value in zip(names, values, strict=True):
+            value = storable(value, name, shown)
             if not whole and (value.ndim == 0 or value.shape[0] != min(batch, n - start)):
                 raise JobError(shown, f"graph output {name!r} has no batch axis "
                                       f"(shape {value.shape}); it cannot be batched")
             chunks[name].append(value)
-    return {name: np.concatenate(parts, axis=0) for name, parts in chunks.items()}
+    return {name: parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+            for name, parts in chunks.items()}
+
+
+def storable(value: Any, name: str, shown: str) -> Array:
+    """One output as a .npy array stores it without a pickle: a tensor as it is, a string
+    tensor (onnxruntime gives an array of Python ``str``) as fixed-width text, a sequence
+    of tensors stacked; a map or a ragged sequence is a JobError naming the output."""
+    try:
+        array = np.asarray(value)
+    except ValueError as exc:  # a sequence of tensors of other shapes
+        raise JobError(shown, f"graph output {name!r} is a sequence of tensors of other "
+                              "shapes; the worker stores tensors only") from exc
+    if array.dtype.hasobject:
+        if not all(isinstance(item, str) for item in array.flat):
+            kinds = sorted({type(item).__name__ for item in array.flat})
+            raise JobError(shown, f"graph output {name!r} holds Python objects ({kinds}: a "
+                                  "map or a sequence of maps); the worker stores tensors only")
+        array = array.astype(np.str_)
+    return array
 
 
 def _session_record(session: Any, job: dict[str, Any]) -> dict[str, Any]:

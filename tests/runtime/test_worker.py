@@ -52,6 +52,24 @@ def test_npz_bytes_depend_only_on_arrays(tmp_path: Path) -> None:
     assert changed != first
 
 
+def test_a_scalar_stays_a_scalar_and_text_is_stored_without_a_pickle(tmp_path: Path) -> None:
+    """A rank-0 output or input keeps its shape through the .npz (``np.ascontiguousarray``
+    would give it one axis); a string tensor, which onnxruntime gives as Python ``str``
+    objects, is stored as fixed-width text; a map is refused by name, never pickled."""
+    write_npz(tmp_path / "s.npz", {"s": np.float32(2.0) * np.ones((), np.float32)})
+    assert read_npz(tmp_path / "s.npz")["s"].shape == ()
+    text = worker.storable(np.array([["a", "bc"]], dtype=object), "label", "job")
+    assert text.dtype.kind == "U"
+    assert text.tolist() == [["a", "bc"]]
+    write_npz(tmp_path / "t.npz", {"label": text})
+    assert read_npz(tmp_path / "t.npz")["label"].tolist() == [["a", "bc"]]
+    with pytest.raises(worker.JobError, match=r"graph output 'probs' holds Python objects "
+                                              r"\(\['dict'\]: a map"):
+        worker.storable([{0: 0.5}, {0: 0.25}], "probs", "job")
+    with pytest.raises(worker.JobError, match="'seq' is a sequence of tensors of other shapes"):
+        worker.storable([np.zeros(2), np.zeros(3)], "seq", "job")
+
+
 def test_write_atomic_leaves_nothing_when_interrupted(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*_: object) -> None:
