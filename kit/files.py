@@ -50,6 +50,7 @@ import numpy as np
 import yaml
 
 from kit.errors import FileFormatError, KitError
+from kit.runtime.worker import PID_MAX as PID_MAX
 from kit.runtime.worker import TEMPORARY as TEMPORARY
 from kit.runtime.worker import JobError, npz_headers
 from kit.runtime.worker import alive as alive

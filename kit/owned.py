@@ -61,7 +61,19 @@ def written(out: Path) -> dict[str, str]:
     files = record.get("files") if isinstance(record, dict) else None
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
         raise KitError(f"{mark}: not a record of what the kit wrote; name another folder")
+    outside = [name for name in files if not _relative(name)]
+    if outside:
+        raise KitError(f"{mark}: names {outside[0]!r}, which is not a file inside the folder; "
+                       "not a record the kit wrote: name another folder")
     return files
+
+
+def _relative(name: str) -> bool:
+    """A name a mark may hold: a relative POSIX path below the folder (no ``..``, ``.`` or
+    empty part, not absolute, no backslash)."""
+    parts = name.split("/")
+    return bool(name) and "\\" not in name and not name.startswith("/") and \
+        all(part not in ("", ".", "..") for part in parts)
 
 
 def _intended(out: Path) -> dict[str, str]:
@@ -72,7 +84,9 @@ def _intended(out: Path) -> dict[str, str]:
     except KitError:
         return {}
     previous = record.get("previous") if isinstance(record, dict) else None
-    return previous if isinstance(previous, dict) else {}
+    if not isinstance(previous, dict):
+        return {}
+    return {name: sha for name, sha in previous.items() if _relative(name)}
 
 
 def claim(out: Path, command: str) -> Path:
@@ -197,6 +211,11 @@ def _refuse_foreign(out: Path, before: dict[str, str], new: dict[str, Path],
     with its ``previous`` content is the kit's)."""
     for name in sorted(set(new) | set(before)):
         target = out / name
+        for folder in list(Path(name).parents)[:-1]:  # nothing written through a link
+            inside = out / folder
+            if inside.is_symlink() or (inside.exists() and not inside.is_dir()):
+                raise KitError(f"{inside}: a link or a file where the kit keeps a folder of "
+                               "its output; move it, or name another folder")
         if not target.exists() and not target.is_symlink():
             continue
         if name not in before:

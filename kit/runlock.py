@@ -28,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -174,15 +175,28 @@ def _holder(fd: int) -> str:
 
 def refuse_foreign(key: Path) -> None:
     """A RunFolderError naming a folder the kit did not make (no ``.lock`` from an
-    earlier take, no replay mark) that holds anything: such a folder is used only while
-    empty (the one rule of ``kit.owned``)."""
-    if (key / LOCK).exists() or (key / REPLAY_MARK).exists():
+    earlier take, ``_kits_lock``; no replay mark) that holds anything: such a folder is
+    used only while empty (the one rule of ``kit.owned``)."""
+    if _kits_lock(key / LOCK) or (key / REPLAY_MARK).exists():
         return
     found = sorted(p.name for p in key.iterdir())
     if found:
         more = f" and {len(found) - 1} more" if len(found) > 1 else ""
         raise RunFolderError(f"{key}: a folder the kit did not make holds {found[0]!r}{more}; "
                              "pass --run a new or empty folder (or one the kit made)")
+
+
+def _kits_lock(path: Path) -> bool:
+    """Whether ``path`` is a lock file the kit left: a plain file, empty (released) or
+    holding its holder's pid and a newline. A ``.lock`` of anything else is the user's."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as handle:
+            held = handle.read(32)
+    except OSError:
+        return False
+    return re.fullmatch(rb"([1-9][0-9]{0,9}\n)?", held) is not None
 
 
 def _release(fd: int) -> None:

@@ -293,3 +293,15 @@ def test_inside_hashed_once_a_file_is_read_once_until_it_changes(
     files.sha256(path)
     files.sha256(path)
     assert len(opened) == 4  # outside the block every call reads
+
+
+@pytest.mark.parametrize("pid", [0, -1, 10**10, 1 << 22 | 1, 2**63])
+def test_a_pid_no_process_can_have_is_never_alive_and_its_temporary_is_stale(pid: int) -> None:
+    """``os.kill`` takes 0 and a negative pid for a process group and overflows past a C
+    int: such a pid names no process, and a temporary that carries one is a dead writer's."""
+    from kit.files import alive, stale
+
+    assert not alive(pid)
+    if pid > 0:
+        assert stale(f".x.kit{pid}-abcdefgh.tmp") == (len(str(pid)) <= 10)
+    assert alive(os.getpid())

@@ -70,6 +70,40 @@ def test_a_link_or_a_file_given_as_the_folder_is_refused(tmp_path: Path) -> None
         temporary(tmp_path / "file")
 
 
+@pytest.mark.parametrize("name", ["{victim}", "../victim/thesis.tex", "sub/../../x", "",
+                                  "./a.txt"])
+def test_a_mark_naming_a_file_outside_its_folder_is_refused(tmp_path: Path, name: str) -> None:
+    """A crafted mark (a report folder someone handed over) cannot make the kit remove a
+    file anywhere: every name it holds must be a path below the folder."""
+    import hashlib
+    import json
+
+    victim = tmp_path / "victim" / "thesis.tex"
+    victim.parent.mkdir()
+    victim.write_text("precious")
+    out = tmp_path / "out"
+    _publish(out, {"a.txt": "1"})
+    record = json.loads((out / MARK).read_text())
+    record["files"][name.format(victim=victim)] = hashlib.sha256(b"precious").hexdigest()
+    (out / MARK).write_text(json.dumps(record))
+    with pytest.raises(KitError, match="which is not a file inside the folder"):
+        _publish(out, {"b.txt": "2"})
+    assert victim.read_text() == "precious"
+
+
+def test_nothing_is_written_or_removed_through_a_link_inside_the_folder(tmp_path: Path) -> None:
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    _publish(out, {"sub/a.txt": "1"})
+    (out / "sub" / "a.txt").unlink()
+    (out / "sub").rmdir()
+    elsewhere.mkdir()
+    os.symlink(elsewhere, out / "sub")
+    with pytest.raises(KitError, match=r"out/sub: a link or a file where the kit keeps a "
+                                       "folder"):
+        _publish(out, {"sub/a.txt": "2", "sub/b.txt": "3"})
+    assert list(elsewhere.iterdir()) == []
+
+
 def test_a_publish_interrupted_twice_is_still_the_kits_and_finishes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The intent mark lists what every file may hold; interrupted after the first rename,

@@ -68,21 +68,26 @@ def test_the_small_configuration_runs_ships_and_evaluates_every_study(
                for x in lines) == 2 * len(set(ORDER) - set(NOT_SMALL))
 
 
+@pytest.mark.parametrize("name", ["notes.txt", "claims/notes.md", "manifests/mine/x.txt"])
 def test_a_users_file_in_the_fresh_folder_is_refused_and_kept(
-        small: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
-    """The fresh folder is made again by every call; a file a user put there stops it,
-    named, and stays (it was deleted with the folder)."""
+        small: tuple[Path, subprocess.CompletedProcess[str]], name: str) -> None:
+    """The fresh folder is made again by every call; a file a user put there, at any
+    depth, stops it, named, and stays (it was deleted with the folder)."""
     runs, first = small
     assert first.returncode == 0
-    notes = runs / "reproduce-all" / "fresh" / "notes.txt"
+    notes = runs / "reproduce-all" / "fresh" / name
+    notes.parent.mkdir(exist_ok=True)
     notes.write_text("mine")
     try:
         proc = kit("reproduce-all", "--small", "--runs", str(runs), "--only", "corpus")
         assert proc.returncode == 2, proc.stderr[-2000:]
-        assert "fresh: holds files the kit did not write there (notes.txt)" in proc.stderr
+        assert f"fresh: holds files the kit did not write there or changed since ({name})" \
+            in proc.stderr
         assert notes.read_text() == "mine"
     finally:
         notes.unlink()
+        if notes.parent.name == "mine":
+            notes.parent.rmdir()
 
 
 def test_a_rerun_keeps_every_finished_step(
@@ -377,3 +382,18 @@ def test_a_step_of_several_commands_keeps_one_clock(monkeypatch: pytest.MonkeyPa
     steps.run_step(Options(runs=Path("/r")), "drift", expected_s=3000.0)
     assert len(ran) == len(ARGV["drift"](Options(runs=Path("/r")))) == 2
     assert clocks == [("reproduce-all: step drift", 3000.0)]
+
+
+def test_a_users_protocol_under_the_runs_root_is_refused_and_kept(tmp_path: Path) -> None:
+    """The small protocols go into ``RUNS/protocols``, a folder of the kit's: a file of the
+    user's there, named as the kit names its own, is refused and kept with its mode."""
+    mine = tmp_path / "protocols" / "drift-small.yaml"
+    mine.parent.mkdir()
+    mine.write_text("my protocol\n")
+    mine.chmod(0o600)
+    proc = kit("reproduce-all", "--small", "--only", "corpus", "--runs", str(tmp_path),
+               "--plan")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"{mine.parent}: holds files the kit did not write (drift-small.yaml)" in proc.stderr
+    assert mine.read_text() == "my protocol\n"
+    assert mine.stat().st_mode & 0o777 == 0o600

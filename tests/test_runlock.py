@@ -171,6 +171,29 @@ def test_a_folder_of_the_users_is_refused_and_left_as_it_was(
     assert list(empty.iterdir()) == []
 
 
+@pytest.mark.parametrize("lock", ["user lock data\n", "12 34\n", "link"])
+def test_a_users_lock_file_does_not_make_the_folder_the_kits(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], lock: str) -> None:
+    """A ``.lock`` the kit did not write (other content than a pid, or a link) leaves the
+    folder the user's: refused by name, the lock file and every other file as they were."""
+    from kit.__main__ import main
+
+    run = tmp_path / "mine"
+    run.mkdir()
+    (run / "run.json").write_text('{"mine": 1}')
+    if lock == "link":
+        (tmp_path / "elsewhere").write_text("12\n")
+        os.symlink(tmp_path / "elsewhere", run / ".lock")
+    else:
+        (run / ".lock").write_text(lock)
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    protocol = str(tiny_protocol(tmp_path))
+    assert main(["stage", "split", "--run", str(run), "--protocol", protocol]) == 2
+    assert f"{run}: a folder the kit did not make holds '.lock' and 1 more" in \
+        capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
 def test_only_the_kits_temporary_names_are_removed_and_links_are_not_followed(
         tmp_path: Path) -> None:
     run, elsewhere, dead = tmp_path / "run", tmp_path / "elsewhere", dead_pid()

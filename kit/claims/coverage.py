@@ -106,6 +106,31 @@ def leftovers(root: Path, besides: Path | None = None) -> list[Path]:
     return sorted(path for path in found if path != besides)
 
 
+def unshipped(root: Path, under: Path | None = None) -> list[Path]:
+    """What ship did not write under ``root`` (a folder it ships into, such as
+    ``reproduce-all``'s ``fresh``): a file under ``claims/`` that the evidence manifest does
+    not list or lists with another sha256 (a file a user added or changed), and a file under
+    ``manifests/`` that is not one of the kit's. The kit's temporaries and a killed ship's
+    journal are not counted: the next ship finishes or rolls them back. ``under``: only
+    the files below that folder (one evidence folder a ship replaces)."""
+    try:
+        record = read_shipped(root / EVIDENCE_MANIFEST)
+        listed = record["files"] if isinstance(record, dict) else {}
+    except (KitError, KeyError):
+        listed = {}
+    known = {root / m for m in (*MANIFESTS, JOURNAL)}
+    found = [p for p in plain_files(root / "manifests")[0] if p not in known] \
+        if under is None else []
+    files = evidence_files(root) if under is None else plain_files(under)[0]
+    for path in files if isinstance(listed, dict) else []:
+        name = relative(path, root)
+        if any(TEMPORARY.fullmatch(part) for part in Path(name).parts):
+            continue
+        if name not in listed or sha256(path) != listed[name]:
+            found.append(path)
+    return sorted(p for p in found if not TEMPORARY.fullmatch(p.name))
+
+
 def refuse_leftovers(root: Path, besides: Path | None = None) -> None:
     """A KitError naming the first temporary another kit command left under ``root``'s
     covered folders (one that still runs, or a killed one's the next ship did not

@@ -32,6 +32,7 @@ from typing import Any
 
 from kit.errors import KitError
 from kit.files import (
+    PID_MAX,
     TEMPORARY,
     alive,
     canonical_json,
@@ -82,9 +83,10 @@ def replace(root: Path, target: Path, write_manifests: Manifests,
     """A whole ship of ``target``: ``begin``, ``fill(staging)`` (a failure rolls back),
     ``staged``, ``finish``."""
     staging = begin(root, target, write_manifests)  # a killed ship's remains first
+    mode = target.stat().st_mode & 0o7777 if target.is_dir() else 0o755  # a user's, kept
     try:
         fill(staging)
-        os.chmod(staging, 0o755)
+        os.chmod(staging, mode)
     except BaseException:
         abandon(root)
         raise
@@ -184,8 +186,8 @@ def _read(root: Path) -> dict[str, Any]:
     if journal.is_symlink():
         raise KitError(f"{journal}: a link; {fix}")
     record = read_json(journal, fix)
-    ok = (isinstance(record, dict) and isinstance(record.get("pid"), int)
-          and record.get("phase") in PHASES
+    ok = (isinstance(record, dict) and type(record.get("pid")) is int
+          and 0 < record["pid"] <= PID_MAX and record.get("phase") in PHASES
           and all(_inside(record.get(key)) for key in ("staging", "target"))
           and Path(record["staging"]).parent == Path(record["target"]).parent
           and TEMPORARY.fullmatch(Path(record["staging"]).name) is not None)

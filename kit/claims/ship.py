@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.claims import journal
-from kit.claims.coverage import refuse_leftovers, write_manifests
+from kit.claims.coverage import refuse_leftovers, unshipped, write_manifests
 from kit.errors import FileFormatError, KitError
 from kit.files import read_json
 from kit.paths import ROOT
@@ -180,6 +180,11 @@ def _ship_files(run: Path, root: Path, where: tuple[str, str], names: list[str],
                            "ship writes only real folders under claims/: move it away")
     if claims.resolve() not in parent.resolve().parents:
         raise KitError(f"{parent}: resolves outside {claims}; ship writes only under it")
+    added = unshipped(root, target) if target.is_dir() else []
+    if added:  # the evidence folder is replaced whole: nothing of a user's goes with it
+        raise KitError(f"{added[0]}: not a file an earlier ship wrote (the evidence manifest "
+                       "does not list it, or lists another sha256); move it out, or restore "
+                       "it, and ship again")
     parent.mkdir(parents=True, exist_ok=True)
     if weights:
         _ship_weights(run, root)

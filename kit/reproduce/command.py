@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kit.claims.coverage import unshipped
 from kit.claims.fresh import RECORD, verify_fresh
 from kit.claims.ship import ship
 from kit.errors import KitError
@@ -197,9 +198,12 @@ def judge(o: Options, steps: list[str], folder: Path) -> int:
     fresh = folder / "fresh"
     if fresh.is_dir():  # the kit's own folder: the record covers this call's steps alone
         foreign = sorted(p.name for p in fresh.iterdir() if p.name not in FRESH_NAMES)
+        foreign += [p.relative_to(fresh).as_posix() for p in unshipped(fresh)]
         if foreign:  # what ship and the record write, and nothing of a user's, goes
             raise KitError(f"{fresh}: holds files the kit did not write there "
-                           f"({', '.join(foreign)}); move them out, and run again")
+                           f"or changed since ({', '.join(foreign[:5])}"
+                           f"{' and more' if len(foreign) > 5 else ''}); move them out, "
+                           "and run again")
         shutil.rmtree(fresh)
     support = beside(o, steps)
     for step in [*steps, *support]:

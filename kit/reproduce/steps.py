@@ -119,14 +119,20 @@ def steps_for(only: list[str] | None, small: bool = False) -> list[str]:
 
 def small_protocols(o: Options) -> tuple[Path, Path]:
     """The small drift protocol and the small detector-study protocol, written under the
-    runs root (the same bytes on every call, so a resumed run finds its folders' own)."""
+    runs root (the same bytes on every call, so a resumed run finds its folders' own), in a
+    folder of the kit's by ``kit.owned``'s rule: a user's file there is refused, never
+    replaced."""
     from kit.corpus.detectors import write_small_protocol as small_study
     from kit.drift.protocol import write_small_protocol
+    from kit.owned import publish, staged
 
     folder = o.runs / "protocols"
-    folder.mkdir(parents=True, exist_ok=True)
-    return (write_small_protocol(folder / "drift-small.yaml"),
-            small_study(folder / "corpus-detectors-small.yaml", SMALL_RELEASES))
+    names = ("drift-small.yaml", "corpus-detectors-small.yaml")
+    with staged(folder) as staging:
+        write_small_protocol(staging / names[0])
+        small_study(staging / names[1], SMALL_RELEASES)
+        publish(staging, folder, "python -m kit reproduce-all --small")
+    return folder / names[0], folder / names[1]
 
 
 def _scale(o: Options) -> list[str]:

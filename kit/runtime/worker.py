@@ -141,8 +141,15 @@ def temporary_prefix(name: str) -> str:
     return f".{name}.kit{os.getpid()}-"
 
 
+PID_MAX = 1 << 22  # Linux's largest pid_max: no process has a larger pid
+
+
 def alive(pid: int) -> bool:
-    """Whether a process with this pid runs on this machine."""
+    """Whether a process with this pid runs on this machine (none outside 1 .. PID_MAX:
+    ``os.kill`` would take 0 or a negative pid for a process group, and overflow on a
+    pid past a C int)."""
+    if not 0 < pid <= PID_MAX:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

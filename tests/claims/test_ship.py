@@ -13,6 +13,7 @@ import pytest
 
 import kit.claims.ship as shipping
 from kit.__main__ import main
+from kit.claims import coverage
 from kit.claims.ship import SHIPPED, ship
 from kit.errors import KitError
 
@@ -110,6 +111,7 @@ def test_a_good_ship_replaces_its_target_and_nothing_beside_it(
     for beside in ("digits.tmp", ".digits.tmp", "cifar100"):  # the user's, or another's
         (evidence / beside).mkdir()
         (evidence / beside / "keep.txt").write_text("kept")
+    coverage.write_manifests(root)  # old/stale.json: a file an earlier ship wrote
     assert ship(run, root=root) == evidence / "digits"
     assert "score/t.csv" in listing(evidence / "digits")
     assert "run-manifest.json" in listing(evidence / "digits")

@@ -166,3 +166,39 @@ def test_ship_into_a_folder_of_the_users_is_refused(tmp_path: Path,
     assert "holds files the kit did not write (manifests)" in capsys.readouterr().err
     assert (theirs / "manifests" / "evidence.json").read_text() == "the user's"
     assert sorted(p.name for p in theirs.rglob("*")) == ["evidence.json", "manifests"]
+
+
+@pytest.mark.parametrize("pid", [-1, 0, True, 10**20, "1"])
+def test_a_journal_with_a_pid_no_process_can_have_is_refused_by_name(tmp_path: Path,
+                                                                    pid: object) -> None:
+    import json
+
+    from kit.claims import journal
+    from kit.errors import KitError
+
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / journal.JOURNAL).write_text(json.dumps({
+        "pid": pid, "phase": "staging", "target": "claims/drift/evidence/digits",
+        "staging": "claims/drift/evidence/.digits.kit1-abcdefgh.tmp"}))
+    with pytest.raises(KitError, match=r"\.ship-journal\.json: it is not a journal the kit "
+                                       "wrote"):
+        journal.recover(tmp_path, lambda root: None)
+
+
+def test_a_users_file_in_an_evidence_folder_stops_its_replacement_and_modes_stay(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Ship replaces an evidence folder whole: a file no earlier ship wrote there (the
+    evidence manifest does not list it) stops it, named and kept; the folder's own mode
+    is kept when it is replaced."""
+    run, root = seed(tmp_path)
+    evidence = root / "claims" / "drift" / "evidence" / "digits"
+    assert main(["ship", "--run", str(run), "--into", str(root)]) == 0
+    notes = evidence / "notes.md"
+    notes.write_text("mine")
+    evidence.chmod(0o700)
+    assert main(["ship", "--run", str(run), "--into", str(root)]) == 2
+    assert f"{notes}: not a file an earlier ship wrote" in capsys.readouterr().err
+    assert notes.read_text() == "mine"
+    notes.unlink()
+    assert main(["ship", "--run", str(run), "--into", str(root)]) == 0
+    assert evidence.stat().st_mode & 0o777 == 0o700
