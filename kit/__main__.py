@@ -310,4 +310,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from kit.claims.isolation import reexec
+
+    reexec(sys.argv)  # verify runs itself again, isolated (kit.claims.isolation)
     sys.exit(main())

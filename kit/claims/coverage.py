@@ -6,7 +6,7 @@ and the root digest over everything verify checks.
     check_manifests   every problem between the manifests and the files (collected)
     hash_problems     one listed file against its sha256
     root_digest       one sha256 over every covered file (``ROOT_SCOPE``)
-    code_files        the code that recomputes and grades (verify's import closure)
+    code_files        the code that can run inside verify (every module and configuration)
     roots             the evidence root, the code root and the combined root
 """
 
@@ -267,14 +267,18 @@ def scope_links(root: Path) -> list[str]:
 
 def code_files(package: Path | None = None) -> dict[str, Path]:
     """The code that can run inside ``python -m kit verify``: every module of the ``kit``
-    package (``kit/**/*.py``), keyed by ``kit/...`` path. All of it, not an import closure
+    package (``kit/**/*.py``) and every configuration its code reads beside itself
+    (``kit/**/*.toml``: the runtimes, the releases and the plan's costs; the runtimes'
+    table decides which sweep rows are recounted against the drift evidence), keyed by
+    ``kit/...`` path. All of it, not an import closure
     read from the source: the command line imports every command's modules inside its
     functions and the corpus loads its cases by name, so a closure would miss code that
     runs. ``pyproject.toml`` is added by ``code_digest``; ``kit.claims.isolation`` checks
     at the end of a run that nothing of the kit ran from anywhere else. ``package``: another
     copy of the ``kit`` folder (default: the one running)."""
     package = package or Path(kit.__file__).resolve().parent
-    return {relative(path, package.parent): path for path in sorted(package.rglob("*.py"))
+    found = [*package.rglob("*.py"), *package.rglob("*.toml")]
+    return {relative(path, package.parent): path for path in sorted(found)
             if "__pycache__" not in path.parts}
 
 

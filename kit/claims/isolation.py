@@ -15,6 +15,17 @@ by name:
 Each is a failed check naming the variable, module or file: verify fails closed. The
 command line also checks the interpreter's own distributions against the lock, file for
 file (``kit.claims.installed``).
+
+Checks made inside a process cannot see through code that ran before them and hid itself
+(a ``sitecustomize`` that removes itself from ``sys.modules``, a module of the current
+folder that shadows the standard library and puts the real one back). So ``python -m kit
+verify`` runs itself again, at once, as ``python -I --check-hash-based-pycs always``
+(``reexec``): isolated (no ``PYTHON*`` variable, no user site folder, not the current
+folder on ``sys.path``; the ``kit`` package loaded from the very folder the first process
+found it in) and reading no compiled cache it has not checked against its source (an
+"unchecked" hash-based ``.pyc``, which Python otherwise runs without reading the source).
+A ``.pyc`` of that kind under ``kit/`` is also a failed check (``unchecked_caches``): the
+first process read it before it could run again.
 """
 
 from __future__ import annotations
@@ -30,6 +41,53 @@ VARIABLES = {"PYTHONPATH": "puts its folders ahead of the installed kit and libr
              "PYTHONHOME": "replaces the interpreter's standard library",
              "PYTHONUSERBASE": "adds a user site folder whose .pth files run at start"}
 HOOKS = ("sitecustomize", "usercustomize")
+
+
+# The second start of ``reexec``: the kit package from the folder given (argv[1]), then
+# ``python -m kit`` with the rest of the command line.
+BOOT = ("import importlib.util, runpy, sys\n"
+        "root = sys.argv[1]\n"
+        "spec = importlib.util.spec_from_file_location('kit', root + '/kit/__init__.py', "
+        "submodule_search_locations=[root + '/kit'])\n"
+        "kit = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['kit'] = kit\n"
+        "spec.loader.exec_module(kit)\n"
+        "sys.argv = [root + '/kit/__main__.py', *sys.argv[2:]]\n"
+        "runpy.run_module('kit', run_name='__main__', alter_sys=True)\n")
+FLAGS = ("-I", "--check-hash-based-pycs", "always")
+
+
+def isolated() -> bool:
+    """Whether this process runs as ``reexec`` starts it (``FLAGS``)."""
+    import _imp
+
+    return bool(sys.flags.isolated) and _imp.check_hash_based_pycs == "always"
+
+
+def reexec(argv: list[str]) -> None:
+    """``python -m kit verify ...`` started otherwise than isolated: replaced, at once, by
+    the same command under ``FLAGS`` (module docstring). Other commands run as they are."""
+    if len(argv) < 2 or argv[1] != "verify" or isolated():
+        return
+    package = Path(__file__).resolve().parents[1]
+    os.execv(sys.executable, [sys.executable, *FLAGS, "-c", BOOT, str(package.parent),
+                              *argv[1:]])
+
+
+def unchecked_caches(package: Path) -> list[str]:
+    """Every compiled cache under the ``kit`` package that Python would run without
+    reading its source (a hash-based ``.pyc`` marked unchecked), named."""
+    found = []
+    for path in sorted(package.rglob("__pycache__/*.pyc")):
+        try:
+            with open(path, "rb") as handle:
+                flags = int.from_bytes(handle.read(8)[4:8], "little")
+        except OSError:
+            continue
+        if flags & 1 and not flags & 2:
+            found.append(f"{path}: a compiled cache Python runs without reading its source "
+                         "(an unchecked hash-based .pyc): code no root hashes; remove it")
+    return found
 
 
 def environment() -> list[str]:
@@ -86,6 +144,7 @@ def root_checks(root: Path, expect_root: str | None, with_page: bool,
         import kit.claims.page  # noqa: F401  (loaded before the check below)
     hashed = code_files()
     problems += loaded_outside(hashed)
+    problems += unchecked_caches(Path(__file__).resolve().parents[1])
     if interpreter:
         from kit.claims.installed import installed_problems
 

@@ -65,6 +65,21 @@ def test_three_lines_in_a_module_of_the_command_line_change_the_root(copy: Path)
     assert f"differs from the expected {published}" in proc.stderr
 
 
+@pytest.mark.parametrize("config", ["runtime/runtimes.toml", "runtime/releases.toml",
+                                    "reproduce/costs.toml"])
+def test_an_edit_of_a_configuration_the_code_reads_changes_the_code_root(copy: Path,
+                                                                         config: str) -> None:
+    """``runtimes.toml`` decides which sweep rows verify recounts against the drift
+    evidence: one line there switched that recount off under the published root."""
+    from kit.claims.coverage import code_digest
+
+    before = code_digest(copy, copy / "kit")
+    assert before == code_digest(ROOT)
+    path = copy / "kit" / config
+    path.write_text(path.read_text() + "\n# edited\n")
+    assert code_digest(copy, copy / "kit") != before
+
+
 def test_a_sitecustomize_on_pythonpath_is_refused_by_name(tmp_path: Path) -> None:
     hook = tmp_path / "hook"
     hook.mkdir()
@@ -77,8 +92,47 @@ def test_a_sitecustomize_on_pythonpath_is_refused_by_name(tmp_path: Path) -> Non
                           check=False)
     assert proc.returncode == 1
     assert f"PYTHONPATH={str(hook)!r} is set" in proc.stderr
-    assert f"{hook / 'sitecustomize.py'}: a sitecustomize module ran" in proc.stderr
+    # the isolated second start ignores PYTHONPATH: the hook never ran where verify computed
+    assert "a sitecustomize module ran" not in proc.stderr
     assert "; FAILED because " in proc.stdout.rstrip().splitlines()[-1]
+
+
+def test_verify_runs_itself_again_isolated_so_a_shadow_module_never_runs(
+        tmp_path: Path) -> None:
+    """A module of the current folder named like the standard library's (``bz2``, which
+    reading an .npz imports) that puts the real one back after it ran: the isolated second
+    start (``kit.claims.isolation.reexec``) never imports it."""
+    (tmp_path / "bz2.py").write_text(
+        "import pathlib, sys, sysconfig, importlib.util\n"
+        f"pathlib.Path({str(tmp_path / 'ran')!r}).write_text('the shadow ran')\n"
+        "spec = importlib.util.spec_from_file_location('bz2', "
+        "sysconfig.get_paths()['stdlib'] + '/bz2.py')\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['bz2'] = module\n"
+        "spec.loader.exec_module(module)\n")
+    proc = subprocess.run([sys.executable, "-m", "kit", "verify", "--claim", "A-052"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env=_clean_env(), check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_compiled_cache_python_runs_unread_is_named(tmp_path: Path) -> None:
+    """Only an unchecked hash-based ``.pyc`` is named: Python checks the other two kinds
+    against their source."""
+    import py_compile
+
+    from kit.claims.isolation import unchecked_caches
+
+    package = tmp_path / "kit"
+    package.mkdir()
+    for name, mode in (("a", "UNCHECKED_HASH"), ("b", "CHECKED_HASH"), ("c", "TIMESTAMP")):
+        (package / f"{name}.py").write_text("x = 1\n")
+        py_compile.compile(str(package / f"{name}.py"), doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode[mode])
+    [named] = unchecked_caches(package)
+    assert named.startswith(f"{package}/__pycache__/a.cpython-")
+    assert "an unchecked hash-based .pyc" in named
 
 
 def test_the_environment_check_names_each_variable_and_hook(
