@@ -5,6 +5,8 @@ recall)."""
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -20,12 +22,79 @@ def _faults(ev: Any) -> dict[str, Any]:
     return ev.json("mgn_faults.json")  # type: ignore[no-any-return]
 
 
+SWEEPS = ("scale_sweep", "fraction_sweep")
+
+
+def _groups(faults: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every group of trials by where it sits: the control, each mutant, each sweep level."""
+    return {"control": faults["control"],
+            **{f"mutants/{k}": m for k, m in faults["mutants"].items()},
+            **{f"{sweep}/{k}": level for sweep in SWEEPS for k, level in faults[sweep].items()}}
+
+
+def _design(faults: dict[str, Any], groups: dict[str, dict[str, Any]]) -> list[str]:
+    """The study's design against the trials (``mgn_faults.run_catalogue``):
+    ``permutation_seeds`` is the number of distinct seeds the control's and the mutants'
+    trials hold and ``subjects`` lists as many subjects as they hold; the control and
+    every mutant hold each (subject, seed) cell once, and every sweep level each subject
+    once with seed 0."""
+    seeds, subjects = faults["permutation_seeds"], len(faults["subjects"])
+    full = {where: g["trials"] for where, g in groups.items()
+            if where.split("/")[0] not in SWEEPS}
+    held = {part: sorted({t[part] for rows in full.values() for t in rows})
+            for part in ("seed", "subject")}
+    problems = []
+    if seeds != len(held["seed"]) or isinstance(seeds, bool):
+        problems.append(f"permutation_seeds is {seeds!r}, but the trials hold "
+                        f"{len(held['seed'])} distinct seeds {held['seed']}")
+    if subjects != len(held["subject"]):
+        problems.append(f"subjects lists {subjects} subjects, but the trials hold "
+                        f"{len(held['subject'])} distinct subjects {held['subject']}")
+    cells = Counter((i, s) for i in range(subjects) for s in range(len(held["seed"])))
+    for where, group in groups.items():
+        design = cells if where in full else Counter((i, 0) for i in range(subjects))
+        found = Counter((t["subject"], t["seed"]) for t in group["trials"])
+        if found != design:
+            problems.append(f"{where}/trials hold (subject, seed) cells "
+                            f"{sorted((found - design).elements())} beyond and lack "
+                            f"{sorted((design - found).elements())} of the design's "
+                            f"{len(design)}, each once")
+    return problems
+
+
+def _mirror_changes(faults: dict[str, Any], groups: dict[str, Any]) -> list[str]:
+    """Each mutant's and sweep level's trial's mirror change against its mirror and the
+    control trial's on the same (subject, seed) cell: (mirror - control) / control, within
+    1e-12 relative (no absolute floor: a sixth of them are rounding residues near 1e-16)."""
+    baseline = {(t["subject"], t["seed"]): t["mirror"] for t in faults["control"]["trials"]}
+    problems = []
+    for where, group in groups.items():
+        if where == "control":
+            continue  # its own baseline: ``recount`` holds its mirror changes to 0
+        for i, trial in enumerate(group["trials"]):
+            base = baseline.get((trial["subject"], trial["seed"]))
+            if base is None:
+                continue  # no control trial on its cell: ``_design`` names it
+            if base == 0:
+                problems.append(f"{where}/trials/{i}/mirror_change has a zero control mirror "
+                                "on its cell to move from")
+                continue
+            found, want = trial["mirror_change"], (trial["mirror"] - base) / base
+            if isinstance(found, bool) or not isinstance(found, (int, float)) or \
+                    not math.isclose(found, want, rel_tol=1e-12):  # relative only: most are ~1e-16
+                problems.append(f"{where}/trials/{i}/mirror_change is {found!r}, but its mirror "
+                                f"and the control trial's on its cell give {want!r}")
+    return problems
+
+
 def recount(faults: dict[str, Any]) -> list[str]:
     """Every field of the fault record that disagrees with the per-trial records it
-    summarises: the thresholds against the MR cards, each trial's ``detected`` flags
-    against its measures and those thresholds (a control trial's mirror change is 0 by
-    construction: it is its own baseline), every summary (control, mutants, their
-    configurations, both sweeps' levels) and the precision/recall against a recount."""
+    summarises: the thresholds against the MR cards, the design (seeds, subjects, each
+    cell once) and each trial's mirror change against the trials, each trial's
+    ``detected`` flags against its measures and those thresholds (a control trial's mirror
+    change is 0 by construction: it is its own baseline), every summary (control, mutants,
+    their configurations, both sweeps' levels) and the precision/recall against a
+    recount."""
     from kit.sciml import mgn_faults as mf
 
     problems = []
@@ -33,16 +102,14 @@ def recount(faults: dict[str, Any]) -> list[str]:
                 "conservation": mf.CONSERVATION_THRESHOLD, "mirror": mf.MIRROR_THRESHOLD}
     if faults["thresholds"] != expected:
         problems.append(f"thresholds {faults['thresholds']} are not the MR cards' {expected}")
+    groups = _groups(faults)
+    problems += _design(faults, groups) + _mirror_changes(faults, groups)
 
     def flags(trial: dict[str, Any]) -> dict[str, bool]:
         return {"permutation": trial["permutation"] > expected["permutation"],
                 "conservation": trial["conservation"] > expected["conservation"],
                 "mirror": trial["mirror_change"] > expected["mirror"]}
 
-    groups = {"control": faults["control"],
-              **{f"mutants/{k}": m for k, m in faults["mutants"].items()},
-              **{f"{sweep}/{k}": level for sweep in ("scale_sweep", "fraction_sweep")
-                 for k, level in faults[sweep].items()}}
     for where, group in groups.items():
         for i, trial in enumerate(group["trials"]):
             if trial["detected"] != flags(trial):

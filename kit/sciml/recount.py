@@ -16,8 +16,11 @@ the file and the field, so a summary edited alone (and re-hashed) cannot move a 
   recomputed from the subjects;
 - ``fno.json``: every roster subject is admitted exactly when the translation tolerance
   dominates its floor by the card's margin, and each admitted count is the count of them,
-  with its Wilson interval; the largest translation violation and the count of rejected
-  Dirichlet decisions are the checkpoints';
+  with its Wilson interval; a roster subject that is also a checkpoint (``fno-<pde>-seed<i>``:
+  the same model on the same held-out cases and shifts) has that checkpoint's mean
+  translation violation and largest floor, and every subject's seed is its place in the
+  roster; the largest translation violation and the count of rejected Dirichlet decisions
+  are the checkpoints';
 - ``mgn.json``: the mirror domain score is m / (m + 1) of the recorded mismatch m, and the
   continuity tolerance is its card's fraction of the recorded gradient scale;
 - ``operator_floor.json``: the log-log fit (slope, its interval, R^2), the bound check, the
@@ -130,19 +133,19 @@ def pinn(record: dict[str, Any]) -> list[str]:
     return problems + pinn_summaries(record)
 
 
-def fields(recorded: dict[str, Any], recounted: dict[str, Any], where: str) -> list[str]:
+def fields(recorded: dict[str, Any], recounted: dict[str, Any], where: str,
+           source: str = "its per-case values") -> list[str]:
     """Every field of ``recounted`` that ``recorded`` (a record's summary at ``where``)
-    lacks or holds otherwise, leaf by leaf."""
+    lacks or holds otherwise, leaf by leaf; ``source`` names what the recount read."""
     problems = []
     for key, want in recounted.items():
         path = f"{where}/{key}" if where else key
         if isinstance(want, dict) and isinstance(recorded.get(key), dict):
-            problems += fields(recorded[key], want, path)
+            problems += fields(recorded[key], want, path, source)
         elif key not in recorded:
-            problems.append(f"{path} is missing; its per-case values give {want!r}")
+            problems.append(f"{path} is missing; {source} give {want!r}")
         elif not _same(recorded[key], want):
-            problems.append(f"{path} is {recorded[key]!r}, but its per-case values give "
-                            f"{want!r}")
+            problems.append(f"{path} is {recorded[key]!r}, but {source} give {want!r}")
     return problems
 
 
@@ -194,6 +197,34 @@ def fno(record: dict[str, Any]) -> list[str]:
         "max_translation_violation": max(max(c["translation_violation"]) for c in checkpoints),
         "dirichlet_rejected": sum(c["decisions"]["dirichlet_translation"] == "rejected"
                                   for c in checkpoints)}, "")
+    return problems + fno_roster_cases(record)
+
+
+def fno_roster_cases(record: dict[str, Any]) -> list[str]:
+    """Each roster subject's seed against its place (the roster trains seeds 0, 1, ... in
+    order), and each roster subject that is also a checkpoint against that checkpoint's
+    per-case values: the study measures both on the same model, held-out cases and shifts
+    (``kit.sciml.fno_study``), so its mean violation is the mean of the checkpoint's
+    translation violations and its floor their largest floor. The other roster subjects'
+    measures have no per-case values in the file."""
+    import numpy as np
+
+    roster = record["roster"]
+    problems = [f"roster/{pde}/{i}/seed is {subject['seed']!r}, but its place in the roster "
+                f"gives {i}"
+                for pde in sorted(k for k in roster if not k.endswith("_admitted"))
+                for i, subject in enumerate(roster[pde]) if subject["seed"] != i]
+    for j, checkpoint in enumerate(record["checkpoints"]):
+        pde, _, seed = str(checkpoint["name"]).removeprefix("fno-").rpartition("-seed")
+        subjects = roster.get(pde)  # a list; an admitted count's summary is not
+        if not (seed.isdecimal() and isinstance(subjects, list) and int(seed) < len(subjects)):
+            problems.append(f"checkpoints/{j}/name is {checkpoint['name']!r}, which names no "
+                            "roster subject (fno-<pde>-seed<i>)")
+            continue
+        problems += fields(subjects[int(seed)], {
+            "mean_violation": float(np.mean(checkpoint["translation_violation"])),
+            "floor": float(max(checkpoint["translation_floor"]))},
+            f"roster/{pde}/{int(seed)}", f"the cases of checkpoint {checkpoint['name']}")
     return problems
 
 

@@ -19,7 +19,7 @@ import pytest
 from kit.claims.coverage import write_manifests
 from kit.files import canonical_json, read_json, sha256
 from kit.paths import ROOT
-from kit.sciml import recount
+from kit.sciml import recompute_faults, recount
 
 SCIML = Path("claims/sciml/evidence/kit")
 
@@ -64,6 +64,40 @@ def _roster(r: dict[str, Any]) -> None:
 
 def _admitted(r: dict[str, Any]) -> None:
     r["roster"]["burgers_admitted"]["count"] -= 1
+
+
+def _roster_mean(r: dict[str, Any]) -> None:
+    r["roster"]["heat"][0]["mean_violation"] = 9.9e-08  # moves B-189's mean
+
+
+def _roster_floor(r: dict[str, Any]) -> None:
+    r["roster"]["burgers"][2]["floor"] *= 1.01  # still far under the tolerance: admitted
+
+
+def _roster_seed(r: dict[str, Any]) -> None:
+    r["roster"]["heat"][3]["seed"] = 4
+
+
+def _checkpoint_name(r: dict[str, Any]) -> None:
+    r["checkpoints"][0]["name"] = "fno-heat-seed99"  # would leave its roster subject unchecked
+
+
+def _seeds(r: dict[str, Any]) -> None:
+    for group in (r["control"], *r["mutants"].values()):
+        for trial in group["trials"]:
+            trial["seed"] = 3 if trial["seed"] == 4 else trial["seed"]  # B-112's "5 seeds"
+
+
+def _cell(r: dict[str, Any]) -> None:
+    _first(r["mutants"]["TR_sign_flip"]["trials"], subject=0, seed=1)["seed"] = 0
+
+
+def _subjects(r: dict[str, Any]) -> None:
+    r["subjects"].pop()
+
+
+def _mirror_change(r: dict[str, Any]) -> None:
+    _first(r["mutants"]["PC_zero_vy"]["trials"], subject=1, seed=2)["mirror_change"] += 0.3
 
 
 def _domain(r: dict[str, Any]) -> None:
@@ -111,7 +145,16 @@ EDITS: list[tuple[str, Callable[[dict[str, Any]], None], Callable[[Any], list[st
     ("pinn.json", _pinn_verdict, recount.pinn, "/verdicts/mr_b"),
     ("fno.json", _roster, recount.fno, "roster/heat/0/decision"),
     ("fno.json", _admitted, recount.fno, "roster/burgers_admitted"),
+    ("fno.json", _roster_mean, recount.fno, "roster/heat/0/mean_violation"),
+    ("fno.json", _roster_floor, recount.fno, "roster/burgers/2/floor"),
+    ("fno.json", _roster_seed, recount.fno, "roster/heat/3/seed"),
+    ("fno.json", _checkpoint_name, recount.fno, "checkpoints/0/name"),
     ("mgn.json", _domain, recount.mgn, "mirror_domain_score"),
+    ("mgn_faults.json", _seeds, recompute_faults.recount, "permutation_seeds"),
+    ("mgn_faults.json", _cell, recompute_faults.recount, "mutants/TR_sign_flip/trials"),
+    ("mgn_faults.json", _subjects, recompute_faults.recount, "subjects"),
+    ("mgn_faults.json", _mirror_change, recompute_faults.recount,
+     "mutants/PC_zero_vy/trials/7/mirror_change"),
 ]
 
 
@@ -139,7 +182,8 @@ SUMMARIES = {
                             "finest_predictor_relative_error",
                             "gate_per_resolution/*/decision"],
     "fv_balance.json": ["imbalance", "floor"],
-    "second_task.json": ["measured/density_variation", "measured/mass_tolerance"]}
+    "second_task.json": ["measured/density_variation", "measured/mass_tolerance"],
+    "mgn_faults.json": ["permutation_seeds"]}
 
 
 def _leaves(node: Any, pattern: list[str], path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -192,6 +236,54 @@ def test_every_summary_field_edited_alone_is_named_by_the_recount() -> None:
     assert edited > 100
 
 
+def test_every_roster_subject_that_is_a_checkpoint_is_recounted_from_its_cases() -> None:
+    """The roster's mean violation and floor of every subject that is also a checkpoint
+    (the same model, cases and shifts), moved alone in the shipped and the null evidence,
+    are named with the checkpoint whose cases give them; the shipped values are those
+    cases' mean and largest floor, to the last bit."""
+    import numpy as np
+
+    for folder in ("kit", "null"):
+        shipped = read_json(ROOT / "claims" / "sciml" / "evidence" / folder / "fno.json")
+        assert recount.fno(shipped) == []
+        assert len(shipped["checkpoints"]) == 6
+        for checkpoint in shipped["checkpoints"]:
+            pde, seed = checkpoint["name"].split("-")[1], int(checkpoint["name"][-1])
+            subject = shipped["roster"][pde][seed]
+            assert subject["mean_violation"] == float(
+                np.mean(checkpoint["translation_violation"]))
+            assert subject["floor"] == max(checkpoint["translation_floor"])
+            for field in ("mean_violation", "floor"):
+                record = copy.deepcopy(shipped)
+                record["roster"][pde][seed][field] *= 1.01
+                problems = recount.fno(record)
+                assert problems == [f"roster/{pde}/{seed}/{field} is "
+                                    f"{record['roster'][pde][seed][field]!r}, but the cases of "
+                                    f"checkpoint {checkpoint['name']} give {subject[field]!r}"]
+
+
+def test_the_fault_design_is_recounted_from_the_trials() -> None:
+    """``permutation_seeds`` is the distinct seeds the control's and mutants' trials hold,
+    each of their (subject, seed) cells appears once, each sweep level holds every subject
+    once with seed 0; a seed count edited with its trials' seeds still fails their cells."""
+    shipped = read_json(ROOT / SCIML / "mgn_faults.json")
+    assert shipped["permutation_seeds"] == 5
+    assert len(shipped["subjects"]) == 6
+    assert {len(m["trials"]) for m in shipped["mutants"].values()} == {30}
+    record = copy.deepcopy(shipped)
+    _seeds(record)
+    record["permutation_seeds"] = 4  # the summary made to follow: the cells do not
+    problems = recompute_faults.recount(record)
+    assert problems[0].startswith("control/trials hold (subject, seed) cells [(0, 3), ")
+    assert {p.split("/trials hold")[0] for p in problems if "/trials hold" in p} == {
+        "control", *(f"mutants/{k}" for k in shipped["mutants"])}
+    record = copy.deepcopy(shipped)
+    record["scale_sweep"]["2"]["trials"][3]["seed"] = 1
+    problems = recompute_faults.recount(record)
+    assert problems[0] == ("scale_sweep/2/trials hold (subject, seed) cells [(3, 1)] beyond "
+                           "and lack [(3, 0)] of the design's 6, each once")
+
+
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("shipped")
@@ -206,6 +298,8 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ("pinn.json", _ratio, "subjects/0/mr_b_ratio"),
     ("pinn.json", _pinn_summary, "summary/heat/mr_b/passes"),
     ("fno.json", _admitted, "roster/burgers_admitted"),
+    ("fno.json", _roster_mean, "roster/heat/0/mean_violation"),
+    ("mgn_faults.json", _seeds, "permutation_seeds"),
     ("unified.json", _mgn_copy, "entries/0/detections/conservation")])
 def test_verify_fails_naming_the_file_and_field(repository: Path, tmp_path: Path, name: str,
                                                 edit: Callable[[dict[str, Any]], None],
