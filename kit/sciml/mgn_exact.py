@@ -83,12 +83,3 @@ def exact_mirror(ledger: Ledger, net: Any, name: str, channel: Mesh, target: Arr
         out["normaliser_control"] = exact_violation(symmetrised(net),
                                                     graph.with_velocity(inputs[0]), target)
     return out
-
-
-def channel_symmetry(channel: Mesh, target: Array) -> dict[str, Any]:
-    """What the exact relation's admission rests on, measured on the channel mesh."""
-    mirrored = channel.pos * np.array([1.0, -1.0]) + np.array([0.0, HEIGHT])
-    return {"nodes": len(channel.pos),
-            "reflection_offset": float(np.abs(channel.pos[target] - mirrored).max()),
-            "type_match": float(np.mean(channel.node_type[target] == channel.node_type)),
-            "bijection": bool(len(np.unique(target)) == len(target))}

@@ -52,9 +52,15 @@ from kit.sciml.cylinder import Flow, trajectory
 from kit.sciml.deepmind import study_trajectory
 from kit.sciml.gate import APPROXIMATE, HOLDS, GateFindings, decide
 from kit.sciml.ledger import Ledger
-from kit.sciml.meshes import Mesh, mirror_map, placement_mismatch, symmetric_channel
+from kit.sciml.meshes import (
+    Mesh,
+    channel_symmetry,
+    mirror_map,
+    placement_mismatch,
+    symmetric_channel,
+)
 from kit.sciml.mgn import directed_edges
-from kit.sciml.mgn_exact import EXACT_MIRROR_TOLERANCE, channel_symmetry, exact_mirror
+from kit.sciml.mgn_exact import EXACT_MIRROR_TOLERANCE, exact_mirror
 from kit.sciml.mgn_train import Subject, pointmlp_subjects, roster_subjects, train
 from kit.sciml.physicsnemo_subject import Remote
 from kit.sciml.second_task import Airfoil, run_second_task

@@ -229,12 +229,20 @@ def fno_roster_cases(record: dict[str, Any]) -> list[str]:
 
 
 def mgn(record: dict[str, Any]) -> list[str]:
-    """The mirror domain score against the recorded mismatch; the continuity tolerance
-    against its card's fraction of the gradient scale."""
+    """The mirror domain score against the recorded mismatch; the symmetric channel's
+    reflection (what the exact mirror relation's admission rests on) measured again on the
+    mesh the code builds; the continuity tolerance against its card's fraction of the
+    gradient scale."""
     from kit.sciml.cards import tolerance_fraction
+    from kit.sciml.meshes import channel_symmetry, mirror_map, symmetric_channel
 
     problems = fields(record, {"mirror_domain_score": domain_score(record["mirror_mismatch"])},
                       "")
+    if "symmetric_channel" in record:
+        channel = symmetric_channel()
+        problems += fields(record["symmetric_channel"],
+                           channel_symmetry(channel, mirror_map(channel)), "symmetric_channel",
+                           "the channel mesh the code builds")
     fraction = _from_cards(lambda: tolerance_fraction("mgn-continuity-absolute"))
     continuity = record.get("continuity")
     if fraction is not None and continuity is not None:

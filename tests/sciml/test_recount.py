@@ -104,6 +104,14 @@ def _domain(r: dict[str, Any]) -> None:
     r["mirror_domain_score"] = 0.45  # under the 0.5 limit: mirror-y would be in domain
 
 
+def _reflection(r: dict[str, Any]) -> None:
+    r["symmetric_channel"]["reflection_offset"] = 1e-3  # the channel no longer its mirror
+
+
+def _type_match(r: dict[str, Any]) -> None:
+    r["symmetric_channel"]["type_match"] = 0.98
+
+
 def _mgn_copy(r: dict[str, Any]) -> None:
     _first(r["entries"], family="mgn")["detections"]["conservation"] -= 1
 
@@ -150,6 +158,8 @@ EDITS: list[tuple[str, Callable[[dict[str, Any]], None], Callable[[Any], list[st
     ("fno.json", _roster_seed, recount.fno, "roster/heat/3/seed"),
     ("fno.json", _checkpoint_name, recount.fno, "checkpoints/0/name"),
     ("mgn.json", _domain, recount.mgn, "mirror_domain_score"),
+    ("mgn.json", _reflection, recount.mgn, "symmetric_channel/reflection_offset"),
+    ("mgn.json", _type_match, recount.mgn, "symmetric_channel/type_match"),
     ("mgn_faults.json", _seeds, recompute_faults.recount, "permutation_seeds"),
     ("mgn_faults.json", _cell, recompute_faults.recount, "mutants/TR_sign_flip/trials"),
     ("mgn_faults.json", _subjects, recompute_faults.recount, "subjects"),
@@ -177,7 +187,8 @@ def test_each_summary_edited_alone_disagrees_with_its_recount(
 SUMMARIES = {
     "pinn.json": ["summary/*/*/*", "mr_b_comparison/*"],
     "fno.json": ["max_translation_violation", "dirichlet_rejected", "roster/*_admitted/*"],
-    "mgn.json": ["mirror_domain_score", "continuity/absolute_tolerance"],
+    "mgn.json": ["mirror_domain_score", "continuity/absolute_tolerance",
+                 "symmetric_channel/*"],
     "operator_floor.json": ["slope", "slope_ci95", "r_squared", "bound_dominates",
                             "finest_predictor_relative_error",
                             "gate_per_resolution/*/decision"],
