@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import zipfile
 import zlib
@@ -124,8 +125,20 @@ def parse_json(data: bytes, path: Path, fix: str | None = None) -> Any:
         return json.loads(text, object_pairs_hook=unique)
     except json.JSONDecodeError as exc:
         raise error(path, f"not valid JSON ({exc})", fix) from exc
+    except ValueError as exc:  # an integer literal past Python's int-string limit
+        raise error(path, f"not readable as JSON ({_value_problem(exc)})", fix) from exc
     except RecursionError as exc:
         raise error(path, "not readable as JSON (nested too deeply)", fix) from exc
+
+
+def _value_problem(exc: ValueError) -> str:
+    """What a ValueError of the JSON or YAML parser says, in the file's terms: Python
+    converts an integer literal of at most ``sys.get_int_max_str_digits()`` digits (4300)
+    and raises ValueError past it (no record of the kit's holds such a number)."""
+    if "integer string conversion" in str(exc):
+        return (f"an integer literal of more than {sys.get_int_max_str_digits()} digits, "
+                "longer than Python reads")
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def read_yaml(path: Path, fix: str | None = None, aliases: bool = False) -> Any:
@@ -143,6 +156,8 @@ def read_yaml(path: Path, fix: str | None = None, aliases: bool = False) -> Any:
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         raise error(path, f"not valid YAML ({_yaml_problem(exc)})", fix) from exc
+    except ValueError as exc:  # an integer literal past Python's int-string limit
+        raise error(path, f"not readable as YAML ({_value_problem(exc)})", fix) from exc
     except RecursionError as exc:
         raise error(path, "not readable as YAML (nested too deeply)", fix) from exc
     finally:

@@ -225,6 +225,24 @@ def test_a_json_key_written_twice_in_one_object_is_refused(tmp_path: Path) -> No
     assert files.read_json(path) == {"a": {"done": False}, "b": {"done": True}}
 
 
+def test_an_integer_past_pythons_digit_limit_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """Python converts an integer literal of at most 4300 digits and raises ValueError past
+    it, in the JSON parser and in the YAML constructor alike: one error naming the file."""
+    long = "1" * 5000
+    path = tmp_path / "state.json"
+    path.write_text(f'{{"wall_s": {long}}}')
+    with pytest.raises(FileFormatError, match=rf"{path}: not readable as JSON \(an integer "
+                                              r"literal of more than 4300 digits"):
+        files.read_json(path)
+    path = tmp_path / "protocol.yaml"
+    path.write_text(f"seeds:\n  split: {long}\n")
+    with pytest.raises(FileFormatError, match=rf"{path}: not readable as YAML \(an integer "
+                                              r"literal of more than 4300 digits"):
+        files.read_yaml(path)
+    path.write_text(f"seeds:\n  split: {'1' * 4300}\n")  # at the limit: read
+    assert files.read_yaml(path) == {"seeds": {"split": int("1" * 4300)}}
+
+
 def test_write_atomic_keeps_a_replaced_files_mode_and_names_its_temporary(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A user's 0600 output stays 0600 when the kit replaces it; a new file is 0644; the

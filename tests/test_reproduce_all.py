@@ -340,6 +340,23 @@ def test_every_step_starts_from_the_shipped_weights_on_a_cpu_that_differs(
 def test_a_state_file_that_is_not_the_kits_is_refused_by_name(tmp_path: Path,
                                                               text: str) -> None:
     """A hand-edited or foreign state.json is a kit: error naming it, never a traceback."""
+    _refused_state(tmp_path, text)
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("wall_s", str(10 ** 400), "wall_s an integer of 401 digits, outside 0 to"),
+    ("cpu_s", "NaN", "cpu_s nan, outside"), ("wall_s", "-1", "wall_s -1, outside"),
+    ("cores", "0", "cores 0, outside 1 to"), ("cores", str(10 ** 40), "cores an integer")])
+def test_a_state_files_numbers_are_bounded(tmp_path: Path, field: str, value: str,
+                                           said: str) -> None:
+    """A step record's numbers within their bounds: a kept step's line formats its wall
+    and CPU seconds as floats, which an integer of 400 digits overflows."""
+    record = {"identity": '"x"', "cores": "2", "wall_s": "1.5", "cpu_s": "3", field: value}
+    text = '{"drift": {' + ", ".join(f'"{k}": {v}' for k, v in record.items()) + "}}"
+    assert said in _refused_state(tmp_path, text)
+
+
+def _refused_state(tmp_path: Path, text: str) -> str:
     state = tmp_path / "runs" / "reproduce-all" / "state.json"
     state.parent.mkdir(parents=True)
     state.write_text(text)
@@ -348,6 +365,7 @@ def test_a_state_file_that_is_not_the_kits_is_refused_by_name(tmp_path: Path,
     assert proc.returncode == 2
     assert f"kit: error: {state}: " in proc.stderr
     assert "Traceback" not in proc.stderr
+    return proc.stderr
 
 
 def test_a_step_takes_the_cost_recorded_for_where_its_models_come_from(tmp_path: Path

@@ -168,6 +168,9 @@ def reproduce_all(o: Options, steps: list[str], plan_only: bool = False) -> int:
 
 STEP_FIELDS: dict[str, type | tuple[type, ...]] = {
     "identity": str, "cores": int, "wall_s": (int, float), "cpu_s": (int, float)}
+# The bounds of a step record's numbers: the progress line formats them as floats (an
+# integer of 400 digits overflows there), and no step takes a century or a million cores.
+STEP_BOUNDS = {"cores": (1, 1 << 20), "wall_s": (0, 3_200_000_000), "cpu_s": (0, 3_200_000_000)}
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -185,7 +188,17 @@ def read_state(path: Path) -> dict[str, Any]:
                 for k, kind in STEP_FIELDS.items()):
             raise KitError(f"{path}: step {step!r} is not a record with "
                            f"{', '.join(STEP_FIELDS)}; {fix}")
+        for key, (low, high) in STEP_BOUNDS.items():
+            if not low <= record[key] <= high:  # NaN compares false: refused too
+                raise KitError(f"{path}: step {step!r} has {key} {_shown(record[key])}, "
+                               f"outside {low} to {high}; {fix}")
     return state
+
+
+def _shown(value: float) -> str:
+    """A number as the error shows it: a huge integer by its digit count alone."""
+    digits = len(str(abs(value))) if isinstance(value, int) else 0
+    return f"an integer of {digits} digits" if digits > 30 else repr(value)
 
 
 # What the shipped studies and the replay record leave in the fresh folder, all of it made
