@@ -20,7 +20,9 @@ def _add_runtime_commands(add: Add) -> None:
     run.add_argument("--output", required=True, type=Path)
     run.add_argument("--backend", choices=["docker", "venv"],
                      help="default: docker when a daemon answers, else venv")
-    run.add_argument("--batch-size", type=int, default=64)
+    run.add_argument("--batch-size", type=int, default=64, metavar="N",
+                     help="rows per onnxruntime call, 1 to 1048576 (2**20, "
+                          "kit.runtime.exchange.MAX_BATCH_SIZE; default 64)")
     images = add("images", help="build runtime images (needs a Docker daemon)")
     images.add_argument("--base", help="base image (default: python:3.11-slim-bookworm, "
                                        "else a debootstrap base)")

@@ -57,6 +57,11 @@ from kit.runtime.worker import (
 STAGING_PREFIX = ".kit-exchange-"
 STAGED_INPUTS = "inputs.npz"
 STAGED_OUTPUT = "output.npz"
+# The most rows ``kit run`` hands onnxruntime in one call (``--batch-size``, 1 to 2**20).
+# The worker's job protocol bounds a batch only below (a positive integer); no input the
+# worker admits (MAX_INPUT_BYTES) holds more rows of more than 2 KiB each, and 10**30 or
+# 2**63 said nothing a whole-file batch does not.
+MAX_BATCH_SIZE = 1 << 20
 
 
 # ---------------------------------------------------------------- the boundary
@@ -224,8 +229,10 @@ def exchange(runtime_name: str, model: Path, inputs: Path, output: Path,
              backend: str | None = None, batch_size: int = 64) -> Path:
     """Run ``model`` on ``inputs`` under one runtime and write ``output``; returns it."""
     runtime = get_runtime(runtime_name)
-    if batch_size < 1:
-        raise InputRefused(f"--batch-size {batch_size}: must be a positive integer")
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        shown = batch_size if abs(batch_size) < 10 ** 30 else f"of {len(str(batch_size))} digits"
+        raise InputRefused(f"--batch-size {shown}: must be an integer from 1 to "
+                           f"{MAX_BATCH_SIZE} (2**20)")
     model = check_source(Path(model), "model")
     inputs = check_source(Path(inputs), "inputs")
     weights = external_data(model)

@@ -26,7 +26,9 @@ session options, so the order and the process a batch runs in change no byte:
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,9 +124,42 @@ def check_options(scheduler: str | None, workers: int | None) -> int:
     if count > MAX_WORKERS:
         raise ScaleError(f"workers must be at most {MAX_WORKERS} (a process each on this "
                          f"machine), not {count}")
-    if scheduler is not None and not scheduler.startswith(("tcp://", "tls://")):
-        raise ScaleError(f"scheduler {scheduler!r}: give an address as tcp://HOST:PORT")
+    if scheduler is not None:
+        check_scheduler(scheduler)
     return count
+
+
+# A host name's labels (RFC 1123, and the underscore resolvers take in a compose service's
+# name): letters, digits, inner hyphens and underscores, 63 bytes at most.
+LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+MAX_HOST = 253  # the longest host name DNS carries
+
+
+def check_scheduler(scheduler: str) -> None:
+    """Refuse, naming what is wrong, an address that is not ``tcp://HOST:PORT`` or
+    ``tls://HOST:PORT``: a port outside 1 to 65535, a host that is neither an IP address
+    (IPv6 in brackets, as Dask writes it) nor a host name (``socket`` would raise a
+    UnicodeError on a label past 63 bytes). Asked before anything starts."""
+    shown = f"scheduler {scheduler[:80]!r}"
+    scheme, _, address = scheduler.partition("://")
+    host, colon, port = address.rpartition(":")
+    if scheme not in ("tcp", "tls") or not colon or not host:
+        raise ScaleError(f"{shown}: give an address as tcp://HOST:PORT")
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
+        raise ScaleError(f"{shown}: the port {port[:20]!r} is not a number from 1 to 65535")
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        found = ipaddress.ip_address(host[1:-1] if bracketed else host)
+    except ValueError:
+        found = None
+    if found is not None and bracketed == (found.version == 6):
+        return
+    labels = host.removesuffix(".").split(".")
+    if found is not None or len(host) > MAX_HOST or labels[-1].isdigit() \
+            or not all(map(LABEL.fullmatch, labels)):
+        raise ScaleError(f"{shown}: the host {host[:80]!r} is neither an IP address (IPv6 "
+                         "in brackets) nor a host name (labels of letters, digits, hyphens "
+                         f"and underscores, 63 characters at most, {MAX_HOST} in all)")
 
 
 def run_security() -> Any:

@@ -85,6 +85,30 @@ def test_worker_refusal_names_the_callers_file(workdir: Path) -> None:
     assert not meta_path(out).exists()
 
 
+@pytest.mark.parametrize("size", [str(10 ** 30), str(2 ** 63), str(2 ** 20 + 1), "0", "-1"])
+def test_a_batch_size_outside_1_to_2_20_is_refused_before_anything_runs(
+        workdir: Path, size: str) -> None:
+    """``--batch-size`` as the kit bounds it (``MAX_BATCH_SIZE``, which the help gives);
+    10**30 and 2**63 were handed to the worker."""
+    from kit.runtime.exchange import MAX_BATCH_SIZE
+
+    out = workdir / "o.npz"
+    proc = kit_run("--runtime", "cand", "--model", workdir / "in" / "convnet.onnx",
+                   "--inputs", workdir / "in" / "images.npz", "--output", out,
+                   "--backend", "venv", "--batch-size", size)
+    assert proc.returncode == 2, proc.stderr
+    assert f"kit: error: --batch-size {size if len(size) < 30 else 'of 31 digits'}: must " \
+           f"be an integer from 1 to {MAX_BATCH_SIZE}" in proc.stderr
+    assert not out.exists()
+    assert not [p for p in workdir.iterdir() if p.name.startswith(".kit-exchange")]
+
+
+def test_the_help_gives_the_batch_sizes_bound() -> None:
+    from kit.runtime.exchange import MAX_BATCH_SIZE
+
+    assert f"1 to {MAX_BATCH_SIZE} (2**20" in " ".join(kit_run("--help").stdout.split())
+
+
 # ---------------------------------------------------------------- the boundary
 def _run_add(tmp_path: Path, model: Path, inputs: Path, out: Path,
              runtime: str = "cand") -> subprocess.CompletedProcess[str]:

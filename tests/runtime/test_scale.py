@@ -6,6 +6,7 @@ tests/drift/test_sweep.py.)"""
 
 from __future__ import annotations
 
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -105,6 +106,8 @@ def test_an_unreachable_scheduler_is_refused(workdir: Path,
 
 @pytest.mark.parametrize(("options", "message"), [
     (["--scheduler", "localhost:8786"], "give an address as tcp://HOST:PORT"),
+    (["--scheduler", "tcp://" + "a" * 70 + ":8786"], "is neither an IP address (IPv6"),
+    (["--scheduler", "tcp://127.0.0.1:99999999999"], "the port '99999999999' is not a number"),
     (["--workers", "0"], "workers must be at least 1, not 0"),
     (["--workers", "1000000000"], "workers must be at most 256")])
 def test_bad_scale_options_exit_2(options: list[str], message: str, tmp_path: Path,
@@ -113,3 +116,27 @@ def test_bad_scale_options_exit_2(options: list[str], message: str, tmp_path: Pa
         assert main([*command, "--run", str(tmp_path / "run"), *options]) == 2
         assert message in capsys.readouterr().err
         assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("address", [
+    "tcp://127.0.0.1:8786", "tls://[::1]:1", "tcp://h:65535", "tcp://dask-scheduler.lab.:8786",
+    "tcp://dask_scheduler:8786", "tcp://" + ".".join(["a" * 63] * 3) + ":1"])
+def test_a_scheduler_address_of_a_host_name_or_ip_address_passes(address: str) -> None:
+    scale.check_scheduler(address)
+
+
+@pytest.mark.parametrize(("address", "message"), [
+    ("tcp://h:0", "the port '0' is not a number from 1 to 65535"),
+    ("tcp://h:65536", "the port '65536'"), ("tcp://h:", "the port ''"),
+    ("tcp://h:+1", "the port '+1'"), ("tls://h:\u0661", "the port"),
+    ("tcp://" + "a" * 64 + ":1", "neither an IP address"),  # a label past 63: UnicodeError
+    ("tcp://" + ".".join(["a" * 63] * 4) + ":1", "neither an IP address"),  # 255 in all
+    ("tcp://-h:1", "neither"), ("tcp://h..x:1", "neither"), ("tcp://::1:1", "neither"),
+    ("tcp://[1.2.3.4]:1", "neither"), ("tcp://1.2.3:1", "neither"), ("tcp://:1", "give an"),
+    ("udp://h:1", "give an address as tcp://HOST:PORT")])
+def test_a_scheduler_address_is_bounded_before_anything_starts(address: str, message: str
+                                                               ) -> None:
+    """A port outside 1 to 65535 waited 20 s for an answer; a label past 63 characters
+    was a UnicodeError from the idna codec: each a ScaleError naming the address."""
+    with pytest.raises(ScaleError, match=re.escape(message)):
+        scale.check_scheduler(address)
