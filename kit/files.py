@@ -10,7 +10,8 @@ and, where the caller knows one, ``; FIX``, so that no traceback reaches a user.
     read_json   JSON over read_text (never another encoding guessed from the bytes);
                 decode_text and parse_json do the same for bytes already read
     read_yaml   YAML over read_text with the safe loader, alias bombs refused
-    load_npz    every array of an .npz archive, no pickles (zip and numpy errors)
+    load_npz    every array of an .npz archive, no pickles (zip and numpy errors);
+                check_npz refuses one from its headers alone (the worker's size cap)
     sha256      the hex sha256 of the bytes
     plain_files every plain file under a folder, each symbolic link (a linked folder
                 too, not entered) and anything else named as a problem
@@ -239,18 +240,25 @@ def load_npz(path: Path, fix: str | None = None) -> dict[str, Array]:
     """Every array of the .npz archive ``path`` (no pickles, no object arrays), once its
     .npy headers pass the worker's checks (``kit.runtime.worker.npz_headers``: one cap on
     the bytes an archive may declare, ``MAX_INPUT_BYTES``, shared with ``kit run``)."""
-    if not path.is_file():
-        raise error(path, "missing (or not a file)", fix)
-    try:  # the .npy headers first: declared sizes past the worker's cap are never allocated
-        npz_headers(path, str(path))
-    except JobError as exc:
-        raise error(path, exc.what, fix) from exc
+    check_npz(path, fix)  # the .npy headers first: sizes past the cap are never allocated
     try:  # an open handle of our own: np.load leaks its own when the zip is damaged
         with open(path, "rb") as handle, np.load(handle, allow_pickle=False) as archive:
             return {name: archive[name] for name in archive.files}
     except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError) as exc:
         raise error(path, f"not a readable .npz archive ({type(exc).__name__}: {exc})",
                     fix) from exc
+
+
+def check_npz(path: Path, fix: str | None = None) -> None:
+    """Refuse, from its .npy headers alone (no data read or inflated), an .npz that is
+    missing, no plain numeric archive, or declares more than the worker's cap
+    (``kit.runtime.worker.npz_headers``, ``MAX_INPUT_BYTES``: the cap ``kit run`` applies)."""
+    if not path.is_file():
+        raise error(path, "missing (or not a file)", fix)
+    try:
+        npz_headers(path, str(path))
+    except JobError as exc:
+        raise error(path, exc.what, fix) from exc
 
 
 def sha256(path: Path, fix: str | None = None) -> str:

@@ -526,6 +526,95 @@ def test_bench_on_an_audit_record_that_is_not_the_kits_names_the_field(
     assert field in err
 
 
+def _finished(report: Path, convnet_onnx: Path, level: str = "enable_all") -> Path:
+    """A finished audit's folder as bench reads it: its record, model and inputs."""
+    (report / "work").mkdir(parents=True)
+    (report / "audit.json").write_text(json.dumps({
+        "model": "m.onnx", "wall_s": 3.0, "cells": [1, 2],
+        "sides": {"from": {"release": PAIR[0], "level": level},
+                  "to": {"release": PAIR[1], "level": "enable_all", "threads": 1}}}))
+    (report / "work" / "model.onnx").write_bytes(convnet_onnx.read_bytes())
+    return report / "work"
+
+
+def _huge(path: Path) -> None:
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False,
+                                                  "shape": (2 ** 46, 3, 32, 32)})
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("input.npy", header.getvalue())
+
+
+@pytest.mark.parametrize(("inputs", "said"), [
+    (None, "work: no inputs.npz or inputs-*.npz, the audit's inputs"),
+    ("folder", "work/inputs.npz: missing (or not a file)"),
+    ("garbage", "work/inputs.npz: not a readable .npz archive (File is not a zip file)"),
+    ("huge", "work/inputs.npz: member 'input.npy' declares (70368744177664, 3, 32, 32) "
+             "float32, past 2147483648 bytes"),
+])
+def test_bench_refuses_inputs_it_cannot_time_before_any_floor_runs(
+        tmp_path: Path, convnet_onnx: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, inputs: str | None, said: str) -> None:
+    """No inputs divided by a floor of zero (ZeroDivisionError); a header declaring 2**46
+    rows had numpy ask for petabytes; a garbage file gave the child's traceback. Each is
+    one line naming the file, from the .npy headers (the cap ``kit run`` applies), before
+    any floor runs."""
+    from kit.runtime import backends
+
+    monkeypatch.setattr(backends, "floor_seconds", lambda *a: pytest.fail("a floor ran"))
+    work = _finished(tmp_path / "report", convnet_onnx)
+    if inputs == "folder":
+        (work / "inputs.npz").mkdir()
+    elif inputs == "garbage":
+        (work / "inputs.npz").write_bytes(b"garbage\0\1")
+    elif inputs == "huge":
+        _huge(work / "inputs.npz")
+    assert main(["bench", "--audit", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kit: error: {tmp_path / 'report' / said}")
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("level", "release", "said"), [
+    ("nope", PAIR[0], "sides/from/level 'nope' is not a graph optimisation level"),
+    ("../../x", PAIR[0], "sides/from/level '../../x' is not a graph optimisation level"),
+    ("enable_all", "9.9.9", "sides/from/release '9.9.9' is not a release the kit locks"),
+])
+def test_bench_refuses_a_side_the_kit_cannot_run_before_anything_starts(
+        tmp_path: Path, convnet_onnx: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, level: str, release: str, said: str) -> None:
+    """The schema takes any string as a level: 'nope' reached the child's getattr and came
+    back as its whole traceback."""
+    from kit.runtime import backends
+
+    monkeypatch.setattr(backends, "floor_seconds", lambda *a: pytest.fail("a floor ran"))
+    work = _finished(tmp_path / "report", convnet_onnx, level)
+    record = json.loads((tmp_path / "report" / "audit.json").read_text())
+    record["sides"]["from"]["release"] = release
+    (tmp_path / "report" / "audit.json").write_text(json.dumps(record))
+    np.savez(work / "inputs.npz", input=np.zeros((2, 3, 32, 32), np.float32))
+    assert main(["bench", "--audit", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kit: error: {tmp_path / 'report' / 'audit.json'}: {said}")
+    assert len(err.splitlines()) == 1
+
+
+def test_bench_gives_a_childs_failure_as_one_line(tmp_path: Path, convnet_onnx: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Inputs whose headers pass but which the model does not take: the floor's child
+    fails, and its reason comes back as one line, not its traceback."""
+    work = _finished(tmp_path / "report", convnet_onnx)
+    np.savez(work / "inputs.npz", input=np.zeros((2, 5), np.float32))
+    assert main(["bench", "--audit", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kit: error: {work}: onnxruntime 1.20.1 does not run the jobs (")
+    assert err.rstrip().endswith("(the floor run under ref)")
+    assert len(err.splitlines()) == 1
+
+
 def test_bisect_finds_the_first_release_that_moves_in_log2_audits(tmp_path: Path) -> None:
     """``kit.audit.bisect`` with a stand-in for the audit: the releases between FROM and TO
     in version order, the first beyond found in about log2 of them, every visit tabled,

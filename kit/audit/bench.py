@@ -16,20 +16,50 @@ from pathlib import Path
 from typing import Any
 
 from kit import schema
-from kit.audit.model import Cell
+from kit.audit.model import LEVELS, Cell
 from kit.errors import KitError
-from kit.files import read_json
+from kit.files import check_npz, read_json
+
+AGAIN = "run the audit again into a new --out folder"
 
 
-def cell_floor(cell: Cell, work: Path, rows: int) -> float:
+def audit_cells(record: dict[str, Any], path: Path) -> list[Cell]:
+    """The audit's two sides as cells, each a release the kit locks at one of onnxruntime's
+    levels (the schema takes any string: a level is checked here, before anything runs)."""
+    from kit.runtime.runtimes import known_releases
+
+    cells = [Cell(**record["sides"][side]) for side in ("from", "to")]
+    releases = known_releases()
+    for side, cell in zip(("from", "to"), cells, strict=True):
+        if cell.level not in LEVELS:
+            raise KitError(f"{path}: sides/{side}/level {cell.level[:40]!r} is not a graph "
+                           f"optimisation level ({', '.join(LEVELS)}); {AGAIN}")
+        if cell.release not in releases:
+            raise KitError(f"{path}: sides/{side}/release {cell.release[:40]!r} is not a "
+                           f"release the kit locks; {AGAIN}")
+    return cells
+
+
+def feeds(work: Path) -> list[str]:
+    """The audit's input files in ``work`` (``inputs.npz``, or one ``inputs-*.npz`` per
+    input of a multi-input audit), each refused from its .npy headers (no data read) when
+    it is no plain numeric .npz or declares more than the worker's cap (``kit run``'s)."""
+    names = ["inputs.npz"] if (work / "inputs.npz").exists() else \
+        sorted(p.name for p in work.glob("inputs-*.npz"))
+    if not names:
+        raise KitError(f"{work}: no inputs.npz or inputs-*.npz, the audit's inputs; {AGAIN}")
+    for name in names:
+        check_npz(work / name, AGAIN)
+    return names
+
+
+def cell_floor(cell: Cell, work: Path, rows: int, names: list[str]) -> float:
     """The plain model's inference time under ``cell``, in that release's environment."""
     from kit.runtime.backends import floor_seconds
     from kit.runtime.runtimes import release_runtime
 
-    feeds = ["inputs.npz"] if (work / "inputs.npz").is_file() else \
-        sorted(p.name for p in work.glob("inputs-*.npz"))
     jobs = [{"model": "model.onnx", "inputs": feed, "graph_optimization": cell.level,
-             "batch_size": rows} for feed in feeds]
+             "batch_size": rows} for feed in names]
     return floor_seconds(release_runtime(cell.release), jobs, work)
 
 
@@ -38,15 +68,19 @@ def bench_audit(report: Path, quiet: bool = False) -> dict[str, Any]:
     from kit.audit.model import fixed_batch, load_model
 
     path = report / "audit.json"
-    record = read_json(path, "run the audit again into a new --out folder")
+    record = read_json(path, AGAIN)
     if isinstance(record, dict) and "wall_s" not in record and "model" in record:
         raise KitError(f"{path}: no finished audit with runtimes (a --screen-only audit "
                        "has no time to compare)")
     schema.check(record, "audit_timing.schema.json", path)  # every field bench reads
+    cells = audit_cells(record, path)
     work = report / "work"
+    names = feeds(work)
     rows = fixed_batch(load_model(work / "model.onnx")) or 64
-    floor = round(sum(cell_floor(Cell(**record["sides"][side]), work, rows)
-                      for side in ("from", "to")), 4)
+    floor = round(sum(cell_floor(cell, work, rows, names) for cell in cells), 4)
+    if floor <= 0:  # a model of no work on inputs of no rows: nothing to divide by
+        raise KitError(f"{work}: the floor measured {floor} s (inputs without rows?); "
+                       "there is no ratio to give")
     result = {"model": record["model"], "audit_s": record["wall_s"],
               "floor_s": floor, "ratio": round(record["wall_s"] / floor, 1),
               "cells": len(record["cells"]),

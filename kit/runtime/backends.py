@@ -171,11 +171,12 @@ def _stream(cmd: list[str], env: dict[str, str] | None,
     return proc.returncode, "".join(said)
 
 
-def worker_error(stderr: str) -> str | None:
-    """The worker's last ``worker: error: FILE: WHAT`` line, as ``FILE: WHAT``."""
+def worker_error(stderr: str, prog: str = "worker") -> str | None:
+    """The worker's last ``worker: error: FILE: WHAT`` line, as ``FILE: WHAT`` (``prog``:
+    ``floor`` for the benchmark floor's)."""
     said = stderr.strip().splitlines()
-    return next((line.removeprefix("worker: error: ") for line in reversed(said)
-                 if line.startswith("worker: error: ")), None)
+    return next((line.removeprefix(f"{prog}: error: ") for line in reversed(said)
+                 if line.startswith(f"{prog}: error: ")), None)
 
 
 def worker_env(backend: str) -> dict[str, str] | None:
@@ -222,9 +223,11 @@ def floor_seconds(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Pat
         proc = subprocess.run([str(python), "-I", str(FLOOR), "--jobs", str(spec),
                                "--in-root", str(in_root)], capture_output=True, text=True,
                               check=False)
-    if proc.returncode != 0:
-        raise KitError(f"{in_root}: the floor run under {runtime.name} failed: "
-                       f"{proc.stderr[-2000:]}")
+    if proc.returncode != 0:  # its one line FILE: WHAT, or the last line a crash left
+        reason = worker_error(proc.stderr, "floor")
+        said = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
+        raise KitError(f"{reason} (the floor run under {runtime.name})" if reason else
+                       f"{in_root}: the floor run under {runtime.name} failed: {said[-1][:300]}")
     return float(json.loads(proc.stdout)["seconds"])
 
 

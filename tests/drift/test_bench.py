@@ -1,6 +1,4 @@
-"""The bench rule (kit.drift.bench.passes) decided in kit, not in the noxfile.
-
-Also covers ``kit.runtime.floor`` (no test file of its own)."""
+"""The bench rule (kit.drift.bench.passes) decided in kit, not in the noxfile."""
 
 from __future__ import annotations
 
