@@ -516,6 +516,12 @@ def test_nox_passes_the_audits_exit_status_through(tmp_path: Path) -> None:
     ({"model": "m.onnx", "wall_s": 3.0, "cells": [1],
       "sides": {"from": {"release": "1.20.1"}, "to": {"release": "1.29.0", "level": "all"}}},
      "sides/from"),
+    *(({"model": "m.onnx", "wall_s": wall, "cells": [1],
+        "sides": {"from": {"release": "1.20.1", "level": "enable_all"},
+                  "to": {"release": "1.29.0", "level": "enable_all"}}}, said)
+      for wall, said in ((10 ** 400, "wall_s: 1000"),  # overflowed the ratio's division
+                         (float("inf"), "wall_s: inf is greater than the maximum"),
+                         (float("nan"), "wall_s: NaN is not a time"))),
 ])
 def test_bench_on_an_audit_record_that_is_not_the_kits_names_the_field(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], record: object, field: str) -> None:

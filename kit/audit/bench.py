@@ -73,6 +73,8 @@ def bench_audit(report: Path, quiet: bool = False) -> dict[str, Any]:
         raise KitError(f"{path}: no finished audit with runtimes (a --screen-only audit "
                        "has no time to compare)")
     schema.check(record, "audit_timing.schema.json", path)  # every field bench reads
+    if record["wall_s"] != record["wall_s"]:  # NaN passes every bound of a schema
+        raise KitError(f"{path}: wall_s: NaN is not a time; {AGAIN}")
     cells = audit_cells(record, path)
     work = report / "work"
     names = feeds(work)

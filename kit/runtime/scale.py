@@ -140,13 +140,13 @@ def check_scheduler(scheduler: str) -> None:
     ``tls://HOST:PORT``: a port outside 1 to 65535, a host that is neither an IP address
     (IPv6 in brackets, as Dask writes it) nor a host name (``socket`` would raise a
     UnicodeError on a label past 63 bytes). Asked before anything starts."""
-    shown = f"scheduler {scheduler[:80]!r}"
+    shown = f"scheduler {_short(scheduler)!r}"
     scheme, _, address = scheduler.partition("://")
     host, colon, port = address.rpartition(":")
     if scheme not in ("tcp", "tls") or not colon or not host:
         raise ScaleError(f"{shown}: give an address as tcp://HOST:PORT")
     if not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
-        raise ScaleError(f"{shown}: the port {port[:20]!r} is not a number from 1 to 65535")
+        raise ScaleError(f"{shown}: the port {_short(port)!r} is not a number from 1 to 65535")
     bracketed = host.startswith("[") and host.endswith("]")
     try:
         found = ipaddress.ip_address(host[1:-1] if bracketed else host)
@@ -157,9 +157,14 @@ def check_scheduler(scheduler: str) -> None:
     labels = host.removesuffix(".").split(".")
     if found is not None or len(host) > MAX_HOST or labels[-1].isdigit() \
             or not all(map(LABEL.fullmatch, labels)):
-        raise ScaleError(f"{shown}: the host {host[:80]!r} is neither an IP address (IPv6 "
+        raise ScaleError(f"{shown}: the host {_short(host)!r} is neither an IP address (IPv6 "
                          "in brackets) nor a host name (labels of letters, digits, hyphens "
                          f"and underscores, 63 characters at most, {MAX_HOST} in all)")
+
+
+def _short(text: str, most: int = 80) -> str:
+    """``text``, or its start and end around ``...`` when longer than ``most``."""
+    return text if len(text) <= most else f"{text[:most - 25]}...{text[-20:]}"
 
 
 def run_security() -> Any:
