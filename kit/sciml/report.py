@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from kit.errors import FileFormatError, KitError
-from kit.files import read_json, write_atomic
+from kit.errors import KitError
+from kit.files import write_atomic
 from kit.papers import FILE, load_tables, read_ledger
 from kit.paths import ROOT
 from kit.reporting import (
@@ -39,13 +39,11 @@ from kit.reporting import (
     save_png,
     write_table,
 )
+from kit.sciml.report_records import SWEEPS, read_records
 
 LEDGER = ROOT / "claims" / "sciml.yaml"
-RECORDS = ("ledger.json", "operator_floor.json", "unified.json", "mgn_faults.json",
-           "second_task.json")
 VERDICTS = ("pass", "fail", "out-of-relation-domain", "inconclusive")
 MARKERS = {"pass": "o", "fail": "x", "out-of-relation-domain": "^", "inconclusive": "s"}
-SWEEPS = {"scale_sweep": "double-scale factor", "fraction_sweep": "zero-v_y fraction"}
 # V / tolerance below this is drawn on the linear part of the symmetric-log axis.
 LINEAR_BELOW = 1e-3
 Table = tuple[list[str], Rows]
@@ -55,21 +53,6 @@ def subject(case: str) -> str:
     """The subject of a verdict's case: ``mgn-seed0-train-f39-p0`` -> ``mgn``,
     ``fno-heat-seed0-case0`` -> ``fno-heat``, ``airfoil-subject5-p4`` -> ``airfoil``."""
     return re.split(r"-(?:seed|subject|case)\d", case)[0]
-
-
-def _records(evidence: Path) -> dict[str, Any]:
-    found = {}
-    for name in RECORDS:
-        path = evidence / name
-        if not path.is_file():
-            raise KitError(f"{path}: missing; the SciML report reads the records of a "
-                           "finished run (python -m kit sciml)")
-        found[name] = read_json(path)
-    verdicts = found["ledger.json"].get("verdicts") if isinstance(
-        found["ledger.json"], dict) else None
-    if not isinstance(verdicts, list) or not verdicts:
-        raise FileFormatError(f"{evidence / 'ledger.json'}: no verdicts")
-    return found
 
 
 def verdict_table(ledger: dict[str, Any]) -> Table:
@@ -328,7 +311,7 @@ def write_report(evidence: Path, out: Path | None = None) -> Path:
     if out.resolve().is_relative_to(claims):
         raise KitError(f"{out}: the report is never written under {claims} (verify "
                        "accounts for every file there); name another folder with --out")
-    records = _records(evidence)
+    records = read_records(evidence)  # each validated first (kit.sciml.report_records)
     ledger = records["ledger.json"]
     found = {"Verdicts per relation and subject": verdict_table(ledger),
              "Admissibility gate: each card's decision and conditions": gate_table(ledger),

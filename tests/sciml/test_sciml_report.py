@@ -1,9 +1,12 @@
 """The SciML report rendered from the shipped evidence: its tables count what the records
-hold, its figures draw it, and it refuses to write where verify accounts for every file."""
+hold, its figures draw it, and it refuses to write where verify accounts for every file.
+Also covers ``kit.sciml.report_records``: each record the report reads is validated
+before use, a bad one a one-line error naming the file and the field."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -89,6 +92,62 @@ def test_the_report_refuses_claims_and_names_a_missing_record(tmp_path: Path) ->
     with pytest.raises(KitError, match=r"unified\.json: missing"):
         report.write_report(folder)
     assert not (folder / "report").exists()
+
+
+@pytest.mark.parametrize("name", ["ledger.json", "unified.json", "mgn_faults.json",
+                                  "second_task.json", "operator_floor.json"])
+@pytest.mark.parametrize(("text", "said"), [
+    ("[]", "(top): [] is not of type 'object'"), ("{}", "(top): '"),
+    ("null", "(top): None is not of type 'object'"), ("NaN", "(top): nan is not of type")])
+def test_a_record_that_is_not_the_runs_is_one_line_naming_the_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str,
+        said: str) -> None:
+    """``[]``, ``{}``, ``null`` or ``NaN`` in place of a record gave a KeyError or a
+    TypeError from the table that read it."""
+    from kit.__main__ import main
+
+    folder = tmp_path / "run"
+    shutil.copytree(SHIPPED, folder, ignore=shutil.ignore_patterns("weights"))
+    (folder / name).write_text(text)
+    assert main(["sciml-report", "--evidence", str(folder), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kit: error: {folder / name}: {said}")
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
+def _edited(tmp_path: Path, name: str, edit: Any) -> Path:
+    folder = tmp_path / "run"
+    shutil.copytree(SHIPPED, folder, ignore=shutil.ignore_patterns("weights"))
+    record = json.loads((folder / name).read_text())
+    edit(record)
+    (folder / name).write_text(json.dumps(record))
+    return folder
+
+
+@pytest.mark.parametrize(("name", "edit", "said"), [
+    ("unified.json", lambda r: r["entries"][0].pop("kind"), "entries/0: 'kind' is a required"),
+    ("unified.json", lambda r: r["entries"][0].update(n_trials=0), "entries/0/n_trials: 0 is"),
+    ("unified.json", lambda r: r["labelled"]["permutation"].pop("recall"),
+     "labelled/permutation: 'recall' is a required property"),
+    ("mgn_faults.json", lambda r: r["scale_sweep"]["2"].pop("mirror"),
+     "scale_sweep/2: no rate of mirror"),
+    ("mgn_faults.json", lambda r: r["fraction_sweep"].update(x=r["fraction_sweep"]["0.5"]),
+     "fraction_sweep: 'x' does not match"),
+    ("second_task.json", lambda r: r.update(permutation_violations=[]),
+     "permutation_violations: [] should be non-empty"),
+    ("operator_floor.json", lambda r: r["resolutions"][0].update(h=0),
+     "resolutions/0/h: 0 is less than the minimum of 1e-12"),
+    ("ledger.json", lambda r: r["verdicts"][0].pop("case"), "verdicts/0: 'case' is a required"),
+    ("ledger.json", lambda r: r.update(verdicts=[]), "ledger.json: no verdicts"),
+])
+def test_a_record_lacking_a_field_the_report_reads_names_it(
+        tmp_path: Path, name: str, edit: Any, said: str) -> None:
+    folder = _edited(tmp_path, name, edit)
+    with pytest.raises(KitError, match=re.escape(said)) as caught:
+        report.write_report(folder, tmp_path / "out")
+    assert str(caught.value).startswith(f"{folder / name}: ")
+    assert not (tmp_path / "out").exists()
 
 
 def _ledger() -> dict[str, Any]:
