@@ -127,18 +127,10 @@ def _sciml(args: argparse.Namespace) -> int:
 
 def _sciml_report(args: argparse.Namespace) -> int:
     from kit.paths import ROOT
-    from kit.sciml.report import write_report
+    from kit.sciml.report import publish_report
 
-    evidence = args.evidence or ROOT / "runs" / "sciml"
-    if args.out is None:  # into the run folder, beside its records
-        print(write_report(evidence))
-        return 0
-    from kit.owned import publish, staged
-
-    with staged(args.out) as staging:  # a folder of the user's: kit.owned's rule
-        write_report(evidence, staging)
-        publish(staging, args.out, "python -m kit sciml-report", commit="index.html")
-    print(args.out / "index.html")
+    # into --out, or the run folder's report/, by kit.owned's rule either way
+    print(publish_report(args.evidence or ROOT / "runs" / "sciml", args.out))
     return 0
 
 

@@ -161,9 +161,9 @@ def step_ledger(s: Study) -> list[str]:
 
 
 def step_report(s: Study) -> list[str]:
-    from kit.sciml.report import write_report
+    from kit.sciml.report import publish_report
 
-    say(f"sciml: report {write_report(s.out)}")
+    say(f"sciml: report {publish_report(s.out)}")
     return []
 
 

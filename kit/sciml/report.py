@@ -303,6 +303,19 @@ def heatmap_figure(unified: dict[str, Any],
     return fig
 
 
+def publish_report(evidence: Path, out: Path | None = None) -> Path:
+    """``write_report`` into ``out`` (default ``<evidence>/report``) by ``kit.owned``'s rule
+    for the folders the kit writes: a folder of the user's is used only while empty, and in
+    its own earlier report the kit replaces only what it wrote; returns the page."""
+    from kit.owned import publish, staged
+
+    out = out or evidence / "report"
+    with staged(out) as staging:
+        write_report(evidence, staging)
+        publish(staging, out, "python -m kit sciml-report", commit="index.html")
+    return out / "index.html"
+
+
 def write_report(evidence: Path, out: Path | None = None) -> Path:
     """Render the report of the run records in ``evidence`` into ``out`` (default
     ``<evidence>/report``); returns the page. Nothing is written under ``claims/``."""

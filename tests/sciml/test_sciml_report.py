@@ -228,3 +228,27 @@ def test_the_report_command_keeps_a_users_files_in_its_out_folder(
     assert main(["sciml-report", "--evidence", str(SHIPPED), "--out", str(ours)]) == 0
     assert (ours / "notes.txt").read_text() == "mine"
     assert "Operator floor" in (ours / "index.html").read_text()
+
+
+def test_the_report_into_its_run_folder_keeps_a_users_report_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``--out`` the report goes to ``<evidence>/report`` by the same rule: a
+    user's files there (their own ``index.html``, mode 0600) are refused and kept."""
+    import shutil
+
+    from kit.__main__ import main
+
+    evidence = tmp_path / "run"
+    shutil.copytree(SHIPPED, evidence)
+    mine = evidence / "report" / "index.html"
+    mine.parent.mkdir()
+    mine.write_text("mine")
+    mine.chmod(0o600)
+    assert main(["sciml-report", "--evidence", str(evidence)]) == 2
+    assert "report: holds files the kit did not write (index.html)" in \
+        capsys.readouterr().err
+    assert mine.read_text() == "mine"
+    assert mine.stat().st_mode & 0o777 == 0o600
+    mine.unlink()
+    assert main(["sciml-report", "--evidence", str(evidence)]) == 0
+    assert "Operator floor" in mine.read_text()
