@@ -82,10 +82,9 @@ def stacked(parts: list[Any], sizes: list[int], name: str,
     """One tensor's runs in input order: concatenated along the batch axis where every run
     carries its rows first and the same shape after them, else compared whole (every run's
     values as one row of one input, its dtype and the runs' shapes recorded in
-    ``whole[name][cell]``): an
-    attention tensor laid out by head or by sequence position, a scalar, or a tensor whose
-    other axes follow its inputs (a similarity matrix of the inputs) is judged, never
-    refused."""
+    ``whole[name][cell]``): an attention tensor laid out by head or by sequence position,
+    a scalar, or a tensor whose other axes follow its inputs (a similarity matrix of the
+    inputs) is judged, never refused."""
     if all(p.ndim and p.shape[0] == rows for p, rows in zip(parts, sizes, strict=True)) \
             and len({p.shape[1:] for p in parts}) == 1:
         return np.concatenate(parts)
