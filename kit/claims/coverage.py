@@ -113,16 +113,17 @@ def unshipped(root: Path, under: Path | None = None) -> list[Path]:
     ``manifests/`` that is not one of the kit's. The kit's temporaries and a killed ship's
     journal are not counted: the next ship finishes or rolls them back. ``under``: only
     the files below that folder (one evidence folder a ship replaces)."""
-    try:
+    try:  # a missing or damaged manifest lists nothing: every file is then the user's
         record = read_shipped(root / EVIDENCE_MANIFEST)
-        listed = record["files"] if isinstance(record, dict) else {}
-    except (KitError, KeyError):
-        listed = {}
+    except KitError:
+        record = {}
+    listed = record.get("files") if isinstance(record, dict) else None
+    listed = listed if isinstance(listed, dict) else {}
     known = {root / m for m in (*MANIFESTS, JOURNAL)}
     found = [p for p in plain_files(root / "manifests")[0] if p not in known] \
         if under is None else []
     files = evidence_files(root) if under is None else plain_files(under)[0]
-    for path in files if isinstance(listed, dict) else []:
+    for path in files:
         name = relative(path, root)
         if any(TEMPORARY.fullmatch(part) for part in Path(name).parts):
             continue

@@ -154,3 +154,15 @@ def test_a_missing_file_writes_nothing(tmp_path: Path) -> None:
         ship(run, root=root)
     assert listing(root / "claims") == ["drift", "drift/evidence", "drift/weights",
                                         "drift/weights/digits", "drift/weights/digits/m.pt"]
+
+
+def test_a_damaged_evidence_manifest_leaves_every_file_the_users(tmp_path: Path) -> None:
+    """``unshipped``: with the manifest's ``files`` not a mapping, nothing counts as
+    written by a ship, so nothing there may be replaced."""
+    evidence = tmp_path / "claims" / "drift" / "evidence" / "digits"
+    evidence.mkdir(parents=True)
+    (evidence / "a.json").write_text("{}")
+    coverage.write_manifests(tmp_path)
+    assert coverage.unshipped(tmp_path, evidence) == []
+    (tmp_path / "manifests" / "evidence.json").write_text('{"files": ["a.json"]}')
+    assert coverage.unshipped(tmp_path, evidence) == [evidence / "a.json"]
