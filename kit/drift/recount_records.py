@@ -14,9 +14,11 @@ ships. Every field that disagrees is a failed check naming the file and the fiel
   against its rows.
 - ``score/score.json``: the labels against the split's rows.
 - ``fault/fault.json``: the fault count against its faults.
-- ``replay.json``: its verdict against its own lists (the run folders it compared are not
+- ``replay.json``: its verdict against its own lists (the replay's run folder is not
   shipped): identical exactly when nothing differs, the count against the list (which
-  keeps the first 50), the machines the same exactly when no field of theirs differs.
+  keeps the first 50), the machines the same exactly when no field of theirs differs; the
+  number of files compared against the shipped ``run-manifest.json`` it names (whose
+  sha256 verify checks), which the replay compared file by file.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ def replay(ev: Evidence) -> dict[str, Any]:
     record = ev.json("replay.json")
     differing = record.get("differing", [])
     want: dict[str, Any] = {"identical": not differing, "machines": {
-        "same": not record.get("machines", {}).get("differing")}}
+        "same": not record.get("machines", {}).get("differing")},
+        "compared": len(ev.json("run-manifest.json")["files"])}
     if len(differing) < KEPT:  # a full list may hold the first of more
         want["differing_count"] = len(differing)
     return want

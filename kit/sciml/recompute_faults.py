@@ -62,6 +62,41 @@ def _design(faults: dict[str, Any], groups: dict[str, dict[str, Any]]) -> list[s
     return problems
 
 
+def _catalogue(faults: dict[str, Any]) -> list[str]:
+    """The executed design against the code that ran it (``kit.sciml.mgn_faults``): every
+    mutant of the catalogue and the adversarial set, each with its fault class and severity;
+    the sweeps' levels; the number of evaluated frames."""
+    from kit.sciml import mgn_faults as mf
+
+    code = {m.name: {"name": m.name, "fault_class": m.fault_class, "severity": m.severity}
+            for m in mf.CATALOGUE + mf.ADVERSARIAL}
+    problems = [f"mutants/{name} is not a mutant of the catalogue the code runs"
+                for name in sorted(set(faults["mutants"]) - set(code))]
+    problems += [f"mutants lack {name}, which the code runs"
+                 for name in sorted(set(code) - set(faults["mutants"]))]
+    for name in sorted(set(code) & set(faults["mutants"])):
+        held = {k: faults["mutants"][name].get(k) for k in code[name]}
+        if held != code[name]:
+            problems.append(f"mutants/{name} is {held}, but the code runs {code[name]}")
+    for sweep, levels in (("scale_sweep", mf.SCALES), ("fraction_sweep", mf.FRACTIONS)):
+        if list(faults[sweep]) != [f"{level:g}" for level in levels]:
+            problems.append(f"{sweep} levels {list(faults[sweep])} are not the code's "
+                            f"{[f'{level:g}' for level in levels]}")
+    if len(faults["eval_frames"]) != mf.EVAL_FRAMES:
+        problems.append(f"eval_frames {faults['eval_frames']} are not the code's "
+                        f"{mf.EVAL_FRAMES} frames")
+    return problems
+
+
+def eval_frames(faults: dict[str, Any], mgn: dict[str, Any]) -> list[str]:
+    """The evaluated frames must be the first of the held-out frames ``mgn.json`` names
+    (``mgn_faults.run_catalogue`` reads ``heldout[:EVAL_FRAMES]``)."""
+    want = mgn["heldout_frames"][:len(faults["eval_frames"])]
+    return [] if faults["eval_frames"] == want else [
+        f"eval_frames {faults['eval_frames']} are not the first held-out frames of "
+        f"mgn.json, {want}"]
+
+
 def _mirror_changes(faults: dict[str, Any], groups: dict[str, Any]) -> list[str]:
     """Each mutant's and sweep level's trial's mirror change against its mirror and the
     control trial's on the same (subject, seed) cell: (mirror - control) / control, within
@@ -89,12 +124,12 @@ def _mirror_changes(faults: dict[str, Any], groups: dict[str, Any]) -> list[str]
 
 def recount(faults: dict[str, Any]) -> list[str]:
     """Every field of the fault record that disagrees with the per-trial records it
-    summarises: the thresholds against the MR cards, the design (seeds, subjects, each
-    cell once) and each trial's mirror change against the trials, each trial's
-    ``detected`` flags against its measures and those thresholds (a control trial's mirror
-    change is 0 by construction: it is its own baseline), every summary (control, mutants,
-    their configurations, both sweeps' levels) and the precision/recall against a
-    recount."""
+    summarises: the thresholds against the MR cards, the catalogue, the sweeps' levels and
+    the frame count against the code, the design (seeds, subjects, each cell once) and each
+    trial's mirror change against the trials, each trial's ``detected`` flags against its
+    measures and those thresholds (a control trial's mirror change is 0 by construction: it
+    is its own baseline), every summary (control, mutants, their configurations, both
+    sweeps' levels) and the precision/recall against a recount."""
     from kit.sciml import mgn_faults as mf
 
     problems = []
@@ -103,7 +138,7 @@ def recount(faults: dict[str, Any]) -> list[str]:
     if faults["thresholds"] != expected:
         problems.append(f"thresholds {faults['thresholds']} are not the MR cards' {expected}")
     groups = _groups(faults)
-    problems += _design(faults, groups) + _mirror_changes(faults, groups)
+    problems += _catalogue(faults) + _design(faults, groups) + _mirror_changes(faults, groups)
 
     def flags(trial: dict[str, Any]) -> dict[str, bool]:
         return {"permutation": trial["permutation"] > expected["permutation"],

@@ -1,7 +1,8 @@
 """Recount, never read, for the drift evidence's records besides the bootstrap summaries
 (``kit.drift.recount_records``): the score summary and the rotation grid's summary are
 recounted leaf for leaf, the split's derived fields against its rows, the labels, the
-fault count and the replay's verdict against its own lists; each edited alone is named,
+fault count and the replay's verdict against its own lists and the files it compared
+against the shipped run manifest; each edited alone is named,
 and verify fails on one re-hashed into a copy of the evidence."""
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def _set(record: Any, path: str, value: Any) -> Any:
     ("replay.json", "identical", False),
     ("replay.json", "differing_count", 3),
     ("replay.json", "machines/same", False),
+    ("replay.json", "compared", 2979),
 ])
 def test_each_record_field_edited_alone_is_named(ev: _Edited, name: str, path: str,
                                                  value: Any) -> None:

@@ -96,6 +96,26 @@ def _subjects(r: dict[str, Any]) -> None:
     r["subjects"].pop()
 
 
+def _severity(r: dict[str, Any]) -> None:
+    r["mutants"]["NS_double_scale"]["severity"] = 3.0  # the code runs 2
+
+
+def _fault_class(r: dict[str, Any]) -> None:
+    r["mutants"]["TR_sign_flip"]["fault_class"] = "normalisation"
+
+
+def _dropped_mutant(r: dict[str, Any]) -> None:
+    del r["mutants"]["ADV_frozen"]
+
+
+def _sweep_level(r: dict[str, Any]) -> None:
+    r["scale_sweep"]["8"] = r["scale_sweep"].pop("4")
+
+
+def _frames(r: dict[str, Any]) -> None:
+    r["eval_frames"].append(41)
+
+
 def _mirror_change(r: dict[str, Any]) -> None:
     _first(r["mutants"]["PC_zero_vy"]["trials"], subject=1, seed=2)["mirror_change"] += 0.3
 
@@ -163,6 +183,11 @@ EDITS: list[tuple[str, Callable[[dict[str, Any]], None], Callable[[Any], list[st
     ("mgn_faults.json", _seeds, recompute_faults.recount, "permutation_seeds"),
     ("mgn_faults.json", _cell, recompute_faults.recount, "mutants/TR_sign_flip/trials"),
     ("mgn_faults.json", _subjects, recompute_faults.recount, "subjects"),
+    ("mgn_faults.json", _severity, recompute_faults.recount, "mutants/NS_double_scale"),
+    ("mgn_faults.json", _fault_class, recompute_faults.recount, "mutants/TR_sign_flip"),
+    ("mgn_faults.json", _dropped_mutant, recompute_faults.recount, "lack ADV_frozen"),
+    ("mgn_faults.json", _sweep_level, recompute_faults.recount, "scale_sweep levels"),
+    ("mgn_faults.json", _frames, recompute_faults.recount, "eval_frames"),
     ("mgn_faults.json", _mirror_change, recompute_faults.recount,
      "mutants/PC_zero_vy/trials/7/mirror_change"),
 ]
@@ -340,3 +365,20 @@ def test_verify_fails_naming_the_file_and_field(repository: Path, tmp_path: Path
         path.write_bytes(original)
         manifest.write_bytes(manifest_bytes)
         write_manifests(repository)
+
+
+def test_the_evaluated_frames_are_the_first_held_out_frames(tmp_path: Path) -> None:
+    """``mgn_faults.json``'s frames against ``mgn.json``'s held-out frames: shifted by one
+    they are named, and an evidence folder holding them refuses the record."""
+    from kit.errors import RecountError
+    from kit.sciml.recompute import SciEvidence
+
+    faults, mgn = (read_json(ROOT / SCIML / name) for name in ("mgn_faults.json", "mgn.json"))
+    assert recompute_faults.eval_frames(faults, mgn) == []
+    faults["eval_frames"] = [f + 1 for f in faults["eval_frames"]]
+    [problem] = recompute_faults.eval_frames(faults, mgn)
+    assert problem.startswith("eval_frames [40, 41] are not the first held-out frames")
+    shutil.copy(ROOT / SCIML / "mgn.json", tmp_path)
+    (tmp_path / "mgn_faults.json").write_text(json.dumps(faults))
+    with pytest.raises(RecountError, match="eval_frames"):
+        SciEvidence(tmp_path).json("mgn_faults.json")
