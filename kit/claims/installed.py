@@ -169,7 +169,9 @@ def file_problems(dists: dict[str, metadata.Distribution], names: set[str]) -> l
 def pth_problems(files: dict[str, tuple[str, metadata.PackagePath]]) -> list[str]:
     """Every ``.pth`` start-up file with an ``import`` line that no installed distribution
     records with its hash."""
-    folders = list(site.getsitepackages())
+    from kit.claims.boot import site_folders
+
+    folders = site_folders()  # the venv's, also where ``site`` never started (``-S``)
     if site.ENABLE_USER_SITE:
         folders.append(site.getusersitepackages())
     problems = []

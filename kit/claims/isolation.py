@@ -18,14 +18,17 @@ file (``kit.claims.installed``).
 
 Checks made inside a process cannot see through code that ran before them and hid itself
 (a ``sitecustomize`` that removes itself from ``sys.modules``, a module of the current
-folder that shadows the standard library and puts the real one back). So ``python -m kit
-verify`` runs itself again, at once, as ``python -I --check-hash-based-pycs always``
+folder that shadows the standard library and puts the real one back, a ``.pth`` start-up
+file that runs code and hides itself from a listing). So ``python -m kit verify`` runs
+itself again, at once, as ``python -I -S --check-hash-based-pycs always kit/claims/boot.py``
 (``reexec``): isolated (no ``PYTHON*`` variable, no user site folder, not the current
-folder on ``sys.path``; the ``kit`` package loaded from the very folder the first process
-found it in) and reading no compiled cache it has not checked against its source (an
-"unchecked" hash-based ``.pyc``, which Python otherwise runs without reading the source).
-A ``.pyc`` of that kind under ``kit/`` is also a failed check (``unchecked_caches``): the
-first process read it before it could run again.
+folder on ``sys.path``), with no ``.pth`` file run (``-S``; ``kit.claims.boot`` puts the
+site folders on the path itself and loads the ``kit`` package from the very folder the
+first process found it in; a ``.pth`` file that would run code is then named by
+``kit.claims.installed``) and reading no compiled cache it has not checked against its
+source (an "unchecked" hash-based ``.pyc``, which Python otherwise runs without reading
+the source). A ``.pyc`` of that kind under ``kit/`` is also a failed check
+(``unchecked_caches``): the first process read it before it could run again.
 """
 
 from __future__ import annotations
@@ -43,25 +46,16 @@ VARIABLES = {"PYTHONPATH": "puts its folders ahead of the installed kit and libr
 HOOKS = ("sitecustomize", "usercustomize")
 
 
-# The second start of ``reexec``: the kit package from the folder given (argv[1]), then
-# ``python -m kit`` with the rest of the command line.
-BOOT = ("import importlib.util, runpy, sys\n"
-        "root = sys.argv[1]\n"
-        "spec = importlib.util.spec_from_file_location('kit', root + '/kit/__init__.py', "
-        "submodule_search_locations=[root + '/kit'])\n"
-        "kit = importlib.util.module_from_spec(spec)\n"
-        "sys.modules['kit'] = kit\n"
-        "spec.loader.exec_module(kit)\n"
-        "sys.argv = [root + '/kit/__main__.py', *sys.argv[2:]]\n"
-        "runpy.run_module('kit', run_name='__main__', alter_sys=True)\n")
-FLAGS = ("-I", "--check-hash-based-pycs", "always")
+FLAGS = ("-I", "-S", "--check-hash-based-pycs", "always")
+BOOT = Path(__file__).resolve().with_name("boot.py")  # the second start (``kit.claims.boot``)
 
 
 def isolated() -> bool:
     """Whether this process runs as ``reexec`` starts it (``FLAGS``)."""
     import _imp
 
-    return bool(sys.flags.isolated) and _imp.check_hash_based_pycs == "always"
+    return bool(sys.flags.isolated and sys.flags.no_site) \
+        and _imp.check_hash_based_pycs == "always"
 
 
 def reexec(argv: list[str]) -> None:
@@ -69,9 +63,7 @@ def reexec(argv: list[str]) -> None:
     the same command under ``FLAGS`` (module docstring). Other commands run as they are."""
     if len(argv) < 2 or argv[1] != "verify" or isolated():
         return
-    package = Path(__file__).resolve().parents[1]
-    os.execv(sys.executable, [sys.executable, *FLAGS, "-c", BOOT, str(package.parent),
-                              *argv[1:]])
+    os.execv(sys.executable, [sys.executable, *FLAGS, str(BOOT), *argv[1:]])
 
 
 def unchecked_caches(package: Path) -> list[str]:

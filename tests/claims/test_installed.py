@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.claims import installed
+from kit.claims import boot, installed
 from kit.paths import ROOT
 
 
@@ -85,7 +85,7 @@ def test_a_pth_that_runs_code_is_named_unless_recorded(monkeypatch: pytest.Monke
                                                        tmp_path: Path) -> None:
     site = tmp_path / "site"
     info = fake_distribution(site)
-    monkeypatch.setattr(installed.site, "getsitepackages", lambda: [str(site)])
+    monkeypatch.setattr(boot, "site_folders", lambda: [str(site)])
     monkeypatch.setattr(installed.site, "ENABLE_USER_SITE", False)
     (site / "folders.pth").write_text(f"{tmp_path}\n")  # a path runs nothing
     (site / "hook.pth").write_text("import os; os.environ['X'] = '1'\n")

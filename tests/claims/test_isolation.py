@@ -1,7 +1,8 @@
 """Everything that runs inside verify is under the root (``kit.claims.isolation`` and
 ``kit.claims.coverage.code_files``): every kit module verify loads is a file the code root
 hashes, so an edit of any of them changes the combined root; a start-up variable or hook
-that runs other code is refused by name; a kit module loaded from anywhere else is named."""
+that runs other code is refused by name; a kit module loaded from anywhere else is named;
+the second start (``kit.claims.boot``) runs no ``.pth`` file."""
 
 from __future__ import annotations
 
@@ -185,3 +186,48 @@ def test_an_edit_of_any_kit_module_changes_the_code_root(kit_copy: Path, module:
     finally:
         path.write_bytes(original)
     assert code_digest(kit_copy, kit_copy / "kit") == before
+
+
+def test_a_pth_file_that_hides_itself_never_runs_in_the_second_start(tmp_path: Path) -> None:
+    """A venv whose site folder holds the test environment's libraries and a ``.pth`` file
+    that runs code, records whether its process was the isolated one, and hides itself
+    from every later glob: it runs in the first start only (``-S`` in ``FLAGS``: the
+    second start, ``kit.claims.boot``, runs no ``.pth`` file), where it cannot hide from
+    the check, which names it; verify fails."""
+    import site
+    import venv
+
+    env = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env)
+    [folder] = [Path(p) for p in site.getsitepackages() if Path(p).is_dir()][:1]
+    [target] = list(env.glob("lib/python*/site-packages"))
+    for entry in folder.iterdir():
+        (target / entry.name).symlink_to(entry)
+    ran = tmp_path / "ran"
+    (target / "zz-hide.pth").write_text(
+        "import sys, pathlib; "
+        f"open({str(ran)!r}, 'a').write(str(sys.flags.no_site) + repr(sys.argv) + chr(10)); "
+        "g = pathlib.Path.glob; "
+        "pathlib.Path.glob = lambda self, p: [x for x in g(self, p) if 'zz-hide' not in x.name]\n")
+    proc = subprocess.run([str(env / "bin" / "python"), "-m", "kit", "verify", "--claim",
+                           "A-052"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=_clean_env(), check=False)
+    starts = ran.read_text().splitlines()
+    assert starts, "the first start never ran it"
+    assert all(line.startswith("0['-m', 'verify'") for line in starts), starts
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert f"{target / 'zz-hide.pth'}: a .pth file that runs code" in proc.stdout
+
+
+def test_the_second_start_typed_by_hand_answers(tmp_path: Path) -> None:
+    """``kit/claims/boot.py`` under ``FLAGS`` is the isolated start itself, as the README
+    offers it to a reviewer who leaves nothing to a first start: from any folder, in an
+    interpreter whose base holds ``.pth`` files of its own (they are not the venv's and
+    are not named), it answers OK."""
+    from kit.claims.isolation import BOOT, FLAGS
+
+    proc = subprocess.run([sys.executable, *FLAGS, str(BOOT), "verify", "--claim", "A-052"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env=_clean_env(), check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stdout.rstrip().splitlines()[-1].endswith("; OK")
