@@ -7,7 +7,10 @@ mismatch the report names the first differing file and, for .npz files, the firs
 differing array and element with both values, and each differing array's maximum absolute
 and relative deviation; for text files the first differing line. The run folders are read
 through ``kit.files``: a manifest, ``machine.json`` or an .npz that cannot be read is an
-error naming it, not a traceback.
+error naming it, not a traceback. Each name a manifest lists must be a plain relative path
+(``runfolder.plain_name``), and the difference is read only from a file inside its run
+folder reached through no symbolic link: any other entry is refused, naming the manifest
+and the entry, so no file outside the run folders reaches the report.
 
 The replay folder (``<run>-replay``) is the kit's: ``prepare`` writes the mark
 ``.kit-replay`` into it when it makes it, and empties only a folder holding that mark (or
@@ -16,6 +19,10 @@ made or removed (``check_target``). In its own folder the kit removes only what 
 replay wrote (``kits_own``): a file a user put there is refused by name and kept (every
 file of a run folder is hashed into its manifest, so a user's file cannot stay beside a
 replay without changing its verdict).
+
+The verdict goes to ``FIRST/replay.json`` by ``kit.owned``'s rule (``write_named_file``):
+a new file, or the kit's replay report (``replay_report``) replaced keeping its mode; a
+user's file of that name is refused by name and left as it is.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from kit.files import (
     sha256,
     write_atomic,
 )
+from kit.owned import json_with, write_named_file
 from kit.runfolder import (
     LOCK,
     MACHINE,
@@ -47,6 +55,8 @@ from kit.runfolder import (
     UNHASHED,
     UNHASHED_DIRS,
     check_manifest,
+    inside,
+    plain_name,
 )
 
 RERUN = "rerun that run (nox -s reproduce) or restore the folder"
@@ -110,9 +120,9 @@ def compare_runs(first: Path, second: Path) -> dict[str, Any]:
         if name not in a or name not in b:
             detail["only_in"] = "first" if name in a else "replay"
         elif name.endswith(".npz"):
-            detail.update(_npz_difference(first / name, second / name))
+            detail.update(_npz_difference(_plain_file(first, name), _plain_file(second, name)))
         else:
-            detail.update(_text_difference(first / name, second / name))
+            detail.update(_text_difference(_plain_file(first, name), _plain_file(second, name)))
         report["first_difference"] = detail
     return report
 
@@ -128,7 +138,19 @@ def _listed(root: Path) -> dict[str, str]:
             isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
         raise KitError(f"{path}: not a run manifest (a 'files' mapping of relative path to "
                        f"sha256); {RERUN}")
-    return files
+    return {plain_name(name, path, "a files entry"): sha for name, sha in files.items()}
+
+
+def _plain_file(root: Path, name: str) -> Path:
+    """``root / name`` (a plain name its manifest lists) to read a difference from: inside
+    ``root`` (``runfolder.inside``) and reached through no symbolic link; a KitError naming
+    the manifest and the entry otherwise."""
+    path = inside(root, name, root / MANIFEST, "a files entry")
+    if path.resolve() != root.resolve() / name:
+        raise KitError(f"{root / MANIFEST}: a files entry {name!r} is reached through a "
+                       f"symbolic link (to {path.resolve()}); the kit reads no run file "
+                       f"through a link: remove it, or {RERUN}")
+    return path
 
 
 def _machines(first: Path, second: Path) -> dict[str, Any]:
@@ -221,9 +243,16 @@ def kits_own(folder: Path, order: tuple[str, ...]) -> list[Path]:
     return entries
 
 
+# The only file of that name ``verify --compare`` replaces in the first run folder.
+replay_report = json_with({"compared", "identical", "differing", "differing_count",
+                           "first_manifest_sha256", "machines"})
+
+
 def write_report(first: Path, report: dict[str, Any]) -> Path:
+    """``report`` to ``first/replay.json`` by ``kit.owned``'s rule: a user's file there is
+    refused by name and kept."""
     path = first / REPLAY
-    write_atomic(path, canonical_json(report))
+    write_named_file(path, canonical_json(report), replay_report, "--compare")
     return path
 
 
@@ -276,9 +305,9 @@ def report_replay(first: Path, target: Path) -> int:
         report = compare_runs(first, target)
         path = write_report(first, report)
     print(json.dumps({k: v for k, v in report.items() if k != "differing"}, indent=1))
-    same = report["machines"]["same"]
-    machine = {True: "same machine", False: "another machine (" + ", ".join(
-        report["machines"]["differing"]) + " differ)", None: "machine unknown"}[same]
+    machines = report["machines"]  # no "differing" where a folder has no machine.json
+    machine = "machine unknown" if machines["same"] is None else "same machine" \
+        if machines["same"] else f"another machine ({', '.join(machines['differing'])} differ)"
     print(f"replay: {report['compared']} hashed files compared, results "
           f"{'identical' if report['identical'] else 'DIFFERENT'}; {machine}; report {path}")
     return 0 if report["identical"] else 1

@@ -1,10 +1,14 @@
 """``verify --replay`` removes a ``<run>-replay`` folder only when the kit made it (its
 ``.kit-replay`` mark); any other folder there is refused naming it, before anything is
 made or removed. In its own folder it removes only what an earlier replay wrote: a user's
-file there is refused by name and kept (``kits_own``)."""
+file there is refused by name and kept (``kits_own``). ``verify --compare`` writes its verdict
+to ``FIRST/replay.json`` by ``kit.owned``'s rule (a user's file there is refused and kept,
+the kit's replaced keeping its mode), and reads a difference only from a plain name its
+manifest lists, inside the run folder and through no link."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,7 +16,7 @@ import pytest
 from kit.__main__ import main
 from kit.drift.replay import check_target, prepare
 from kit.errors import KitError
-from kit.runfolder import REPLAY_MARK, hashed_files, write_manifest
+from kit.runfolder import LOCK, MANIFEST, REPLAY, REPLAY_MARK, hashed_files, write_manifest
 
 ORDER = ("fetch", "split", "score")
 
@@ -107,3 +111,87 @@ def test_a_users_file_in_the_kits_replay_folder_is_refused_and_kept(
         (target / "report.bak").rmdir()
     prepare(first, target, ("split", "score"), ORDER)
     assert sorted(p.name for p in target.iterdir()) == sorted([".lock", REPLAY_MARK, "fetch"])
+
+
+SECRET = "root:x:0:0:the host's secret line"
+
+
+def _runs(tmp_path: Path, replayed: str = "the replay's line") -> tuple[Path, Path]:
+    """Two finished run folders (the kit's: its released lock), in folders of their own,
+    whose one text output differs (the first line)."""
+    runs = tmp_path / "a" / "run", tmp_path / "b" / "run"
+    for root, line in zip(runs, ("the first run's line", replayed), strict=True):
+        (root / "score").mkdir(parents=True)
+        (root / LOCK).write_text("")
+        (root / "score" / "summary.txt").write_text(line + "\n")
+        write_manifest(root)
+    return runs
+
+
+def test_compare_refuses_a_users_replay_json_and_replaces_its_own_keeping_its_mode(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first, second = _runs(tmp_path)
+    theirs = first / REPLAY
+    theirs.write_text('{"mine": true}\n')
+    theirs.chmod(0o640)
+    assert main(["verify", "--compare", str(first), str(second)]) == 2
+    assert capsys.readouterr().err.startswith(f"kit: error: {theirs}: a file the kit did "
+                                              "not write; move it")
+    assert theirs.read_text() == '{"mine": true}\n'
+    assert theirs.stat().st_mode & 0o777 == 0o640
+    theirs.unlink()
+    assert main(["verify", "--compare", str(first), str(second)]) == 1
+    theirs.chmod(0o600)
+    assert main(["verify", "--compare", str(first), str(second)]) == 1  # the kit's: replaced
+    report = json.loads(theirs.read_text())
+    assert report["first_difference"] == {"file": "score/summary.txt", "line": 1,
+                                          "first": "the first run's line",
+                                          "replay": "the replay's line"}
+    assert theirs.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("name", ["../host.txt", "score/../../host.txt", "{tmp}/b/host.txt",
+                                  "score//summary.txt"])
+def test_compare_refuses_a_manifest_entry_that_is_not_a_plain_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    first, second = _runs(tmp_path)
+    (tmp_path / "a" / "host.txt").write_text("another line\n")
+    (tmp_path / "b" / "host.txt").write_text(SECRET + "\n")
+    name = name.format(tmp=tmp_path)
+    for root, digest in ((first, "0"), (second, "1")):
+        (root / MANIFEST).write_text(json.dumps({"files": {name: digest * 64}}))
+    assert main(["verify", "--compare", str(first), str(second)]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"kit: error: {first / MANIFEST}: a files entry {name!r} is not a "
+                          "relative path of plain names")
+    assert SECRET not in out + err
+    assert not (first / REPLAY).exists()
+
+
+@pytest.mark.parametrize("link", ["file", "folder", "inside"])
+def test_compare_reads_no_difference_through_a_link(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], link: str) -> None:
+    """A replay's output that is a link to a host file (or under a linked folder, or a
+    link to another file of the run) is refused naming the manifest and the entry; the
+    host file's lines reach neither the report nor the output."""
+    first, second = _runs(tmp_path)
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "summary.txt").write_text(SECRET + "\n")
+    (second / "score" / "summary.txt").unlink()
+    if link == "file":
+        (second / "score" / "summary.txt").symlink_to(host / "summary.txt")
+    elif link == "folder":
+        (second / "score").rmdir()
+        (second / "score").symlink_to(host)
+    else:
+        (second / "score" / "other.txt").write_text(SECRET + "\n")
+        (second / "score" / "summary.txt").symlink_to("other.txt")
+    (second / MANIFEST).write_text(json.dumps({"files": {"score/summary.txt": "0" * 64}}))
+    assert main(["verify", "--compare", str(first), str(second)]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"kit: error: {second / MANIFEST}: a files entry "
+                          "'score/summary.txt' ")
+    assert ("leads out of" if link != "inside" else "through a symbolic link") in err
+    assert SECRET not in out + err
+    assert not (first / REPLAY).exists()
