@@ -149,6 +149,19 @@ def inside(base: Path, name: str, source: Path, field: str) -> Path:
     return path
 
 
+def unlinked(base: Path, name: str, fix: str) -> Path:
+    """``base / name``, a file the kit reads at a fixed name in a folder a user names (an
+    audit's, a run's records), once neither it nor a folder between ``base`` and it is a
+    symbolic link: no link is followed out (nor in: ``inside`` allows one that stays);
+    a FileFormatError naming the link otherwise."""
+    parts = Path(name).parts
+    for step in (base.joinpath(*parts[:n]) for n in range(1, len(parts) + 1)):
+        if step.is_symlink():
+            raise FileFormatError(f"{step}: a symbolic link (to {os.readlink(step)}), and "
+                                  f"the kit reads no file through a link; {fix}")
+    return base / name
+
+
 def default_run(substrate: str) -> Run:
     """``<repo>/runs/<substrate>``."""
     return Run(ROOT / "runs" / substrate)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -605,6 +606,34 @@ def test_bench_refuses_a_side_the_kit_cannot_run_before_anything_starts(
     assert main(["bench", "--audit", str(tmp_path / "report")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"kit: error: {tmp_path / 'report' / 'audit.json'}: {said}")
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("link", ["audit.json", "work", "work/model.onnx", "work/inputs.npz"])
+def test_bench_reads_nothing_through_a_link(
+        tmp_path: Path, convnet_onnx: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, link: str) -> None:
+    """An audit's record, work folder, model or inputs that is a link to a file of the
+    host (here a whole, valid audit kept elsewhere) was read through it: the record's
+    fields reached the output and the floor ran on the host's files. Each is refused
+    naming the link, before any floor runs."""
+    from kit.runtime import backends
+
+    monkeypatch.setattr(backends, "floor_seconds", lambda *a: pytest.fail("a floor ran"))
+    host = _finished(tmp_path / "host", convnet_onnx)
+    np.savez(host / "inputs.npz", input=np.zeros((2, 3, 32, 32), np.float32))
+    report = tmp_path / "report"
+    shutil.copytree(tmp_path / "host", report)
+    target = report / link
+    if target.is_dir():
+        shutil.rmtree(target)
+    else:
+        target.unlink()
+    target.symlink_to(tmp_path / "host" / link)
+    assert main(["bench", "--audit", str(report)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kit: error: {target}: a symbolic link (to {tmp_path / 'host' / link})"
+                          ", and the kit reads no file through a link; run the audit again")
     assert len(err.splitlines()) == 1
 
 

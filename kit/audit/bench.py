@@ -7,6 +7,9 @@ once, no validation, no files). The audit does more than that on purpose (the cl
 eight more cells, each in the kit's worker, when some output of the two sides differs in a
 bit, and the instrumented copy under every cell when the verdict is beyond clean drift),
 so the ratio says what the calibration and the localisation cost over the bare comparison.
+
+What bench reads in the audit's folder (``audit.json``, ``work/``, its model and inputs)
+is read through no symbolic link (``runfolder.unlinked``): a link is refused by name.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from kit import schema
 from kit.audit.model import LEVELS, Cell
 from kit.errors import KitError
 from kit.files import check_npz, read_json
+from kit.runfolder import unlinked
 
 AGAIN = "run the audit again into a new --out folder"
 
@@ -44,12 +48,12 @@ def feeds(work: Path) -> list[str]:
     """The audit's input files in ``work`` (``inputs.npz``, or one ``inputs-*.npz`` per
     input of a multi-input audit), each refused from its .npy headers (no data read) when
     it is no plain numeric .npz or declares more than the worker's cap (``kit run``'s)."""
-    names = ["inputs.npz"] if (work / "inputs.npz").exists() else \
-        sorted(p.name for p in work.glob("inputs-*.npz"))
+    names = ["inputs.npz"] if (work / "inputs.npz").exists() or \
+        (work / "inputs.npz").is_symlink() else sorted(p.name for p in work.glob("inputs-*.npz"))
     if not names:
         raise KitError(f"{work}: no inputs.npz or inputs-*.npz, the audit's inputs; {AGAIN}")
     for name in names:
-        check_npz(work / name, AGAIN)
+        check_npz(unlinked(work, name, AGAIN), AGAIN)
     return names
 
 
@@ -67,7 +71,7 @@ def bench_audit(report: Path, quiet: bool = False) -> dict[str, Any]:
     """The audit's wall time, its floor and their ratio (printed as JSON unless quiet)."""
     from kit.audit.model import fixed_batch, load_model
 
-    path = report / "audit.json"
+    path = unlinked(report, "audit.json", AGAIN)
     record = read_json(path, AGAIN)
     if isinstance(record, dict) and "wall_s" not in record and "model" in record:
         raise KitError(f"{path}: no finished audit with runtimes (a --screen-only audit "
@@ -76,9 +80,9 @@ def bench_audit(report: Path, quiet: bool = False) -> dict[str, Any]:
     if record["wall_s"] != record["wall_s"]:  # NaN passes every bound of a schema
         raise KitError(f"{path}: wall_s: NaN is not a time; {AGAIN}")
     cells = audit_cells(record, path)
-    work = report / "work"
+    work = unlinked(report, "work", AGAIN)
     names = feeds(work)
-    rows = fixed_batch(load_model(work / "model.onnx")) or 64
+    rows = fixed_batch(load_model(unlinked(work, "model.onnx", AGAIN))) or 64
     floor = round(sum(cell_floor(cell, work, rows, names) for cell in cells), 4)
     if floor <= 0:  # a model of no work on inputs of no rows: nothing to divide by
         raise KitError(f"{work}: the floor measured {floor} s (inputs without rows?); "

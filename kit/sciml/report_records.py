@@ -2,7 +2,8 @@
 read as JSON (``kit.files``), then held to the schema of the fields the report reads
 (``kit/schemas``: the verdict ledger's own schema, ``sciml_*.schema.json`` for the
 others), so that a record that is ``[]``, ``{}``, ``null``, ``NaN`` or lacks a field is
-one ``FILE: FIELD: WHAT`` error, never a KeyError or TypeError from a table."""
+one ``FILE: FIELD: WHAT`` error, never a KeyError or TypeError from a table. A record that
+is a symbolic link is refused by name (``runfolder.unlinked``): no link is followed out."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from kit import schema
 from kit.errors import FileFormatError, KitError
 from kit.files import read_json
+from kit.runfolder import unlinked
 
 # Each record the report reads, and its schema.
 SCHEMAS = {"ledger.json": "verdict_ledger.schema.json",
@@ -29,7 +31,7 @@ def read_records(evidence: Path) -> dict[str, Any]:
     ledger must hold verdicts, and each sweep level a rate of every detector."""
     found = {}
     for name, record_schema in SCHEMAS.items():
-        path = evidence / name
+        path = unlinked(evidence, name, RUN_AGAIN)
         if not path.is_file():
             raise KitError(f"{path}: missing; {RUN_AGAIN}")
         found[name] = read_json(path)

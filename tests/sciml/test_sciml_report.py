@@ -116,6 +116,25 @@ def test_a_record_that_is_not_the_runs_is_one_line_naming_the_file(
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("name", ["ledger.json", "unified.json"])
+def test_a_record_that_is_a_link_is_refused_by_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """A record linked to a file of the host (here the shipped record itself, kept
+    outside the folder named) was read through the link and its tables rendered."""
+    from kit.__main__ import main
+
+    folder = tmp_path / "run"
+    shutil.copytree(SHIPPED, folder, ignore=shutil.ignore_patterns("weights"))
+    (folder / name).unlink()
+    (folder / name).symlink_to(SHIPPED / name)
+    assert main(["sciml-report", "--evidence", str(folder), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kit: error: {folder / name}: a symbolic link (to {SHIPPED / name})"
+                          ", and the kit reads no file through a link; ")
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "o").exists()
+
+
 def _edited(tmp_path: Path, name: str, edit: Any) -> Path:
     folder = tmp_path / "run"
     shutil.copytree(SHIPPED, folder, ignore=shutil.ignore_patterns("weights"))
