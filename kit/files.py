@@ -18,7 +18,8 @@ and, where the caller knows one, ``; FIX``, so that no traceback reaches a user.
     replace_folder  a complete folder renamed over another (ship, reports)
 
 The writers (``canonical_json``, ``npz_bytes``, ``write_atomic``, ``write_npz``: sorted
-keys, fixed zip timestamps, a temporary name renamed into place) are the worker's own,
+keys, fixed zip timestamps, a temporary name renamed into place, a new file given the mode
+the umask gives and a replaced one its own, ``file_mode``) are the worker's own,
 re-exported here: the worker runs alone in the runtime images, so the bytes it writes and
 the bytes the kit writes come from one definition. It is the one module of
 ``kit.runtime`` the file library imports (``tests/test_layout.py``).
@@ -57,9 +58,11 @@ from kit.runtime.worker import TEMPORARY as TEMPORARY
 from kit.runtime.worker import JobError, npz_headers
 from kit.runtime.worker import alive as alive
 from kit.runtime.worker import canonical_json as canonical_json
+from kit.runtime.worker import file_mode as file_mode
 from kit.runtime.worker import npz_bytes as npz_bytes
 from kit.runtime.worker import stale as stale
 from kit.runtime.worker import temporary_prefix as temporary_prefix
+from kit.runtime.worker import umask as umask
 from kit.runtime.worker import write_atomic as write_atomic
 from kit.runtime.worker import write_npz as write_npz
 

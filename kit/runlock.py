@@ -143,7 +143,7 @@ def _acquire(path: Path) -> int:
 def _lock(path: Path) -> int:
     """``path`` opened (made when missing) and ``flock``ed, without waiting."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)  # a new one: the umask's mode
     except OSError as exc:
         raise RunFolderError(f"{path}: cannot open the run folder's lock file "
                              f"({exc.strerror or exc}); pass --run a folder you can write"

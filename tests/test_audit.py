@@ -10,6 +10,7 @@ the refusals before anything runs; the calibration's arithmetic."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -71,6 +72,27 @@ def test_a_small_conv_net_moves_within_clean_drift(convnet_onnx: Path, tmp_path:
     timed = bench_audit(out)  # the audit's time against the two runtimes' own inference
     assert timed["floor_s"] > 0
     assert timed["ratio"] == round(record["wall_s"] / timed["floor_s"], 1)
+
+
+def test_the_audits_files_take_the_umask_but_what_the_worker_reads_stays_readable(
+        convnet_onnx: Path, tmp_path: Path) -> None:
+    """Under a umask of 0o077 the report and record are 0600; the model and inputs in
+    ``work/``, which the docker worker reads as the image's own user, stay 0644."""
+    inputs = tmp_path / "x.npz"
+    x = np.random.default_rng(0).standard_normal((8, 3, 32, 32)).astype(np.float32)
+    np.savez(inputs, **{onnx.load(str(convnet_onnx)).graph.input[0].name: x})
+    out = tmp_path / "report"
+    old = os.umask(0o077)
+    try:
+        proc = audit(str(convnet_onnx), "--inputs", str(inputs), "--from", PAIR[0], "--to",
+                     PAIR[1], "--out", str(out), "--workers", "1")
+    finally:
+        os.umask(old)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modes = {name: (out / name).stat().st_mode & 0o777 for name in
+             ("audit.json", "index.html", "work/model.onnx", "work/inputs.npz")}
+    assert modes == {"audit.json": 0o600, "index.html": 0o600, "work/model.onnx": 0o644,
+                     "work/inputs.npz": 0o644}
 
 
 def test_a_pair_that_agrees_bit_for_bit_needs_no_envelope_unless_asked(tmp_path: Path) -> None:

@@ -243,26 +243,71 @@ def test_an_integer_past_pythons_digit_limit_is_refused_naming_the_file(tmp_path
     assert files.read_yaml(path) == {"seeds": {"split": int("1" * 4300)}}
 
 
-def test_write_atomic_keeps_a_replaced_files_mode_and_names_its_temporary(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A user's 0600 output stays 0600 when the kit replaces it; a new file is 0644; the
-    temporary carries the kit's one name (``.NAME.kit<pid>-<random>.tmp``) beside it."""
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[None]:
+    """The process's umask set to ``mask`` for the block, restored after."""
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize(("mask", "mode"), [(0o077, 0o600), (0o022, 0o644), (0o002, 0o664)])
+def test_write_atomic_gives_a_new_file_the_umasks_mode_and_a_replaced_one_its_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mask: int, mode: int) -> None:
+    """A new file gets the mode the user's umask gives (it was 0644 whatever the umask); a
+    user's 0600 output stays 0600 when the kit replaces it, a 0644 one 0644; the temporary
+    carries the kit's one name (``.NAME.kit<pid>-<random>.tmp``) beside it."""
     from kit.files import TEMPORARY, write_atomic
 
-    mine = tmp_path / "out.npz"
-    mine.write_bytes(b"old")
-    os.chmod(mine, 0o600)
-    write_atomic(mine, b"new")
+    mine, theirs = tmp_path / "out.npz", tmp_path / "shared.npz"
+    for path, kept in ((mine, 0o600), (theirs, 0o644)):
+        path.write_bytes(b"old")
+        os.chmod(path, kept)
+    with umask(mask):
+        write_atomic(mine, b"new")
+        write_atomic(theirs, b"new")
+        write_atomic(tmp_path / "fresh.json", b"{}")
+        write_npz(tmp_path / "fresh.npz", {"x": np.zeros(2)})
+        write_atomic(tmp_path / "shared.json", b"{}", 0o644)  # what a container reads
     assert mine.read_bytes() == b"new"
     assert mine.stat().st_mode & 0o7777 == 0o600
-    write_atomic(tmp_path / "fresh.json", b"{}")
-    assert (tmp_path / "fresh.json").stat().st_mode & 0o7777 == 0o644
+    assert theirs.stat().st_mode & 0o7777 == 0o644
+    assert (tmp_path / "fresh.json").stat().st_mode & 0o7777 == mode
+    assert (tmp_path / "fresh.npz").stat().st_mode & 0o7777 == mode
+    assert (tmp_path / "shared.json").stat().st_mode & 0o7777 == 0o644
     seen = []
     real = os.replace
     monkeypatch.setattr(os, "replace", lambda a, b: seen.append(Path(a).name) or real(a, b))
     write_atomic(tmp_path / "x.json", b"{}")
     assert TEMPORARY.fullmatch(seen[0])
     assert f".x.json.kit{os.getpid()}-" in seen[0]
+
+
+@pytest.mark.parametrize("proc", [True, False])
+def test_the_umask_is_read_without_changing_it_and_elsewhere_restored(
+        monkeypatch: pytest.MonkeyPatch, proc: bool) -> None:
+    """On Linux from ``/proc/self/status`` (``os.umask`` never called); where that has no
+    ``Umask:`` line, set and restored at once."""
+    import builtins
+
+    real_open, real_umask = builtins.open, os.umask
+    calls: list[int] = []
+
+    def no_status(file: object, *args: object, **kwargs: object) -> object:
+        if file == "/proc/self/status":
+            raise FileNotFoundError(file)
+        return real_open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+    with umask(0o027):
+        monkeypatch.setattr(os, "umask", lambda mask: calls.append(mask) or real_umask(mask))
+        if not proc:
+            monkeypatch.setattr(builtins, "open", no_status)
+        assert files.umask() == 0o027
+        monkeypatch.undo()
+        assert real_umask(0o027) == 0o027  # left as it was
+    assert calls == ([] if proc else [0o077, 0o027])
 
 
 def test_an_npz_declaring_a_pebibyte_is_refused_before_any_allocation(tmp_path: Path) -> None:

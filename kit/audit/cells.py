@@ -13,6 +13,7 @@ import numpy as np
 from kit.audit.model import Cell, input_count, sliced
 from kit.files import load_npz, write_npz
 from kit.runfolder import say
+from kit.runtime.scratch import SHARED_FILE
 from kit.runtime.serve import Workers
 
 GRAPHS = {"plain": "model.onnx", "probe": "probe.onnx"}
@@ -25,16 +26,17 @@ def write_inputs(work: Path, arrays: dict[str, Any], fixed: int | None
                  ) -> list[tuple[str, int]]:
     """The inputs file(s) the jobs read and the rows of each: runs of the model's fixed
     first axis (the worker feeds a model only the shape it declares), else of ``RUN_ROWS``
-    (one ``inputs.npz`` when they all fit)."""
+    (one ``inputs.npz`` when they all fit); readable to the worker's container whatever
+    the umask (``SHARED_FILE``)."""
     n = input_count(arrays)
     step = fixed or RUN_ROWS
     if fixed is None and n <= step:
-        write_npz(work / "inputs.npz", arrays)
+        write_npz(work / "inputs.npz", arrays, SHARED_FILE)
         return [("inputs.npz", n)]
     feeds = []
     for i in range(0, n, step):
         name = f"inputs-{i // step:05d}.npz"
-        write_npz(work / name, sliced(arrays, i, i + step))
+        write_npz(work / name, sliced(arrays, i, i + step), SHARED_FILE)
         feeds.append((name, min(step, n - i)))
     return feeds
 

@@ -67,6 +67,7 @@ from kit.files import write_atomic
 from kit.owned import publish, staged
 from kit.paths import ROOT
 from kit.runfolder import say
+from kit.runtime.scratch import SHARED_FILE, SHARED_FOLDER
 from kit.runtime.serve import Workers
 
 
@@ -150,8 +151,8 @@ def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     localise."""
     work = out / "work"
     work.mkdir()
-    os.chmod(out, 0o755)  # the docker worker reads them as the image's own user
-    os.chmod(work, 0o755)
+    os.chmod(out, SHARED_FOLDER)  # the docker worker reads them as the image's own user
+    os.chmod(work, SHARED_FOLDER)
     with Workers(args.backend, args.scheduler, args.workers, say) as pool:
         found = _measure(model, arrays, sides, protocol, work, args, pool)
     # per release on the serving venv backend; null where workers start per batch
@@ -162,7 +163,7 @@ def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
 def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
              protocol: dict[str, Any], work: Path, args: argparse.Namespace,
              pool: Workers) -> dict[str, Any]:
-    write_atomic(work / GRAPHS["plain"], model.SerializeToString())
+    write_atomic(work / GRAPHS["plain"], model.SerializeToString(), SHARED_FILE)
     external = external_files(args.model)
     carry_external(external, work)
     feeds = write_inputs(work, arrays, fixed_batch(model))

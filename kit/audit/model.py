@@ -30,6 +30,7 @@ from onnx import TensorProto, helper
 
 from kit.errors import ConfigError, FileFormatError
 from kit.files import load_npz, read_yaml, write_atomic
+from kit.runtime.scratch import SHARED_FILE
 
 PROTOCOL = Path(__file__).resolve().parents[1] / "protocols" / "audit.yaml"
 LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_layout", "enable_all")
@@ -108,12 +109,14 @@ def carry_external(files: dict[str, Path], folder: Path) -> None:
     """The model's external data files copied into ``folder`` at their locations, so the
     copies of the model written there (plain and instrumented) find them (a copy, not a
     hard link: onnx refuses external data with several links as a possible attack)."""
+    import os
     import shutil
 
     for location, source in files.items():
         target = folder / location
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
+        os.chmod(target, SHARED_FILE)  # the worker's container reads it, whatever the umask
 
 
 def graph_inputs(model: onnx.ModelProto) -> dict[str, tuple[int, list[int | str]]]:
@@ -207,7 +210,7 @@ def probe(model: onnx.ModelProto, target: Path, op_types: list[str]) -> list[dic
         exposed.append({"tensor": tensor, "node": node.name or tensor, "op": node.op_type,
                         "inputs": ", ".join(node.input),
                         "upstream": ", ".join(_upstream(node, producers, seen))})
-    write_atomic(target, copy.SerializeToString())
+    write_atomic(target, copy.SerializeToString(), SHARED_FILE)  # the worker's container reads it
     return exposed
 
 

@@ -39,6 +39,7 @@ from kit.files import (
     read_json,
     remove_stale,
     temporary_prefix,
+    umask,
     write_atomic,
 )
 
@@ -83,7 +84,8 @@ def replace(root: Path, target: Path, write_manifests: Manifests,
     """A whole ship of ``target``: ``begin``, ``fill(staging)`` (a failure rolls back),
     ``staged``, ``finish``."""
     staging = begin(root, target, write_manifests)  # a killed ship's remains first
-    mode = target.stat().st_mode & 0o7777 if target.is_dir() else 0o755  # a user's, kept
+    # a user's mode kept, a new folder's as mkdir gives it (mkdtemp's is 0700)
+    mode = target.stat().st_mode & 0o7777 if target.is_dir() else 0o777 & ~umask()
     try:
         fill(staging)
         os.chmod(staging, mode)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kit.errors import KitError
-from kit.files import temporary_prefix
+from kit.files import file_mode, temporary_prefix
 
 if TYPE_CHECKING:
     import torch
@@ -68,6 +68,6 @@ def export_onnx(model: torch.nn.Module, path: Path, input_shape: tuple[int, ...]
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    os.chmod(tmp, 0o644)  # as a file the exporter made itself (mkstemp's is 0600)
+    os.chmod(tmp, file_mode(path))  # a replaced file's, else the umask's (mkstemp's is 0600)
     tmp.replace(path)
     return path

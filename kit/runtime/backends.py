@@ -32,9 +32,9 @@ from kit.errors import BackendUnavailable, KitError, WorkerFailed
 from kit.procs import child_env
 from kit.runtime.docker import ensure_image
 from kit.runtime.runtimes import Runtime
-from kit.runtime.scratch import scratch
+from kit.runtime.scratch import SHARED_FILE, scratch
 from kit.runtime.venvs import ensure_runtime
-from kit.runtime.worker import canonical_json, meta_path
+from kit.runtime.worker import canonical_json, file_mode, meta_path
 
 WORKER = Path(__file__).with_name("worker.py")
 FLOOR = Path(__file__).with_name("floor.py")  # the benchmark floor, run like the worker
@@ -152,6 +152,8 @@ def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Pa
                         and not source.is_symlink()):
                     target = out_root / name
                     target.parent.mkdir(parents=True, exist_ok=True)
+                    # the host's mode, not the container's umask: a replaced file's own
+                    os.chmod(source, file_mode(target))
                     os.replace(source, target)
     return result
 
@@ -245,7 +247,7 @@ def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
     full = [{"graph_optimization": runtime.graph_optimization, **job} for job in jobs]
     with scratch(Path(tempfile.gettempdir()), JOBS_PREFIX) as jobs_dir:
         (jobs_dir / "jobs.json").write_bytes(canonical_json({"jobs": full}))
-        os.chmod(jobs_dir / "jobs.json", 0o644)
+        os.chmod(jobs_dir / "jobs.json", SHARED_FILE)  # the container reads it
         if chosen == "docker":
             ensure_image(runtime)
             code, stderr = _run_container(runtime, jobs_dir, in_root, out_root, full,

@@ -204,14 +204,14 @@ def staging(folder: Path) -> Iterator[Path]:
 
 
 def stage(source: Path, target: Path) -> None:
-    """Copy ``source``'s bytes to ``target`` (mode 0644, readable by the container's
-    user); the source is only read."""
+    """Copy ``source``'s bytes to ``target`` (``SHARED_FILE`` whatever the umask: the
+    container's user reads it); the source is only read."""
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         shutil.copyfile(source, target)
     except OSError as exc:
         raise InputRefused(f"{source}: cannot be read ({exc.strerror or exc})") from exc
-    os.chmod(target, 0o644)
+    os.chmod(target, scratch.SHARED_FILE)
 
 
 # ---------------------------------------------------------------- the exchange
@@ -248,7 +248,7 @@ def exchange(runtime_name: str, model: Path, inputs: Path, output: Path,
         for name, source in staged.items():
             stage(source, staged_in / name)
         for folder in {path.parent for path in staged_in.rglob("*")}:
-            os.chmod(folder, 0o755)
+            os.chmod(folder, scratch.SHARED_FOLDER)  # the container enters them
         job = {"id": "exchange", "model": f"model/{model.name}", "inputs": STAGED_INPUTS,
                "output": STAGED_OUTPUT, "batch_size": batch_size}
         try:

@@ -6,6 +6,11 @@ that makes a folder with the same prefix in the same place removes every such fo
 whose process is gone (a live process's folder, or another user's, is left alone).
 Used for the ``kit run`` staging folders (``.kit-exchange-`` beside the output) and the
 worker's job folders (``kit-jobs-`` in the system's temporary folder).
+
+What a container reads is readable to every user whatever the umask (``SHARED_FILE``,
+``SHARED_FOLDER``): on a root host the docker worker runs as the image's own user
+(``CONTAINER_UID``), not as the one who wrote it. Everything else the kit makes gets the
+mode the umask gives.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kit.runtime.worker import alive
+
+# The modes of a file the host writes for a container to read, and of a folder holding one.
+SHARED_FILE, SHARED_FOLDER = 0o644, 0o755
 
 
 def owner(path: Path, prefix: str) -> int | None:
@@ -39,13 +47,13 @@ def remove_stale(folder: Path, prefix: str) -> list[Path]:
 
 
 def make(folder: Path, prefix: str) -> Path:
-    """A new private ``<prefix><pid>-<random>`` folder (mode 0755) in ``folder``, after
+    """A new private ``<prefix><pid>-<random>`` folder (``SHARED_FOLDER``) in ``folder``, after
     removing the folders of dead processes there. OSError propagates, for the caller to
     name its own file."""
     folder.mkdir(parents=True, exist_ok=True)
     remove_stale(folder, prefix)
     tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=folder))
-    os.chmod(tmp, 0o755)
+    os.chmod(tmp, SHARED_FOLDER)  # a container reads the jobs, or writes its outputs, here
     return tmp
 
 

@@ -121,7 +121,7 @@ def _building(path: Path) -> Iterator[None]:
     """Hold the build lock of ``path`` (beside it): two processes asking for the same
     environment at once (two Dask workers on one machine) build it once."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.parent / f".{path.name}.build-lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path.parent / f".{path.name}.build-lock", os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -165,8 +165,34 @@ def stale(name: str) -> bool:
     return found is not None and not alive(int(found["pid"]))
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write bytes to a temporary name beside ``path`` and rename it into place."""
+def umask() -> int:
+    """This process's umask, read from the ``Umask:`` line of Linux's ``/proc/self/status``
+    (nothing changed); where that line is missing, ``os.umask`` set to 0o077 and restored
+    at once (a file another thread makes in between gets the stricter mode)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    found = os.umask(0o077)
+    os.umask(found)
+    return found
+
+
+def file_mode(path: Path, new: int | None = None) -> int:
+    """The mode for a file written to ``path``: the mode of the file there (a user's 0600
+    stays 0600), else ``new`` or, by default, what the umask gives a new file."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        return 0o666 & ~umask() if new is None else new
+
+
+def write_atomic(path: Path, data: bytes, new: int | None = None) -> None:
+    """Write bytes to a temporary name beside ``path`` and rename it into place, with the
+    mode ``file_mode`` gives (``new``: a new file's mode, by default the umask's)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path.name), suffix=".tmp",
                                dir=path.parent)
@@ -175,20 +201,16 @@ def write_atomic(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        try:  # a file replaced keeps its mode (a user's 0600 stays 0600)
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o644
-        os.chmod(tmp, mode)
+        os.chmod(tmp, file_mode(path, new))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def write_npz(path: Path, arrays: dict[str, Array]) -> None:
+def write_npz(path: Path, arrays: dict[str, Array], new: int | None = None) -> None:
     """Deterministic, atomic .npz writer shared by the worker and the orchestrator."""
-    write_atomic(path, npz_bytes(arrays))
+    write_atomic(path, npz_bytes(arrays), new)
 
 
 def read_npz(path: Path, shown: str | None = None) -> dict[str, Array]:

@@ -3,12 +3,14 @@
 made or removed. In its own folder it removes only what an earlier replay wrote: a user's
 file there is refused by name and kept (``kits_own``). ``verify --compare`` writes its verdict
 to ``FIRST/replay.json`` by ``kit.owned``'s rule (a user's file there is refused and kept,
-the kit's replaced keeping its mode), and reads a difference only from a plain name its
-manifest lists, inside the run folder and through no link."""
+the kit's replaced keeping its mode, a new one given the mode the umask gives), and reads a
+difference only from a plain name its manifest lists, inside the run folder and through no
+link."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -195,3 +197,16 @@ def test_compare_reads_no_difference_through_a_link(
     assert ("leads out of" if link != "inside" else "through a symbolic link") in err
     assert SECRET not in out + err
     assert not (first / REPLAY).exists()
+
+
+@pytest.mark.parametrize(("mask", "mode"), [(0o077, 0o600), (0o022, 0o644)])
+def test_compare_writes_a_new_report_with_the_mode_the_umask_gives(
+        tmp_path: Path, mask: int, mode: int) -> None:
+    """``FIRST/replay.json`` was 0644 whatever the user's umask."""
+    first, second = _runs(tmp_path)
+    old = os.umask(mask)
+    try:
+        assert main(["verify", "--compare", str(first), str(second)]) == 1
+    finally:
+        os.umask(old)
+    assert (first / REPLAY).stat().st_mode & 0o777 == mode

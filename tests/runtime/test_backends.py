@@ -123,6 +123,43 @@ def test_a_container_writes_into_a_folder_of_its_own_and_only_outputs_come_out(
     assert not mounted[0].exists()
 
 
+def test_a_containers_outputs_take_the_hosts_modes_not_the_containers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The container writes with the image's umask (0644): a new output gets the mode the
+    host's umask gives, a replaced one keeps its own; the jobs file and the folders the
+    container reads or writes in stay open to its user whatever the umask."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.npz").write_bytes(b"the earlier output")
+    os.chmod(out / "old.npz", 0o640)
+    seen: dict[str, int] = {}
+
+    def container(cmd: list[str], env: object, progress: object) -> tuple[int, str]:
+        jobs = Path(next(v for v in cmd if v.endswith(":/kit/jobs:ro")).split(":")[0])
+        stage = Path(next(v for v in cmd if v.endswith(":/kit/out:rw")).split(":")[0])
+        seen.update(jobs=jobs.stat().st_mode, jobs_file=(jobs / "jobs.json").stat().st_mode,
+                    stage=stage.stat().st_mode)
+        for name in ("new.npz", "old.npz"):
+            (stage / name).write_bytes(b"npz")
+            os.chmod(stage / name, 0o644)
+        return 0, ""
+
+    monkeypatch.setattr(backends, "docker_available", lambda timeout=10.0: True)
+    monkeypatch.setattr(backends, "ensure_image", lambda runtime: None)
+    monkeypatch.setattr(backends, "_stream", container)
+    (tmp_path / "in").mkdir(mode=0o755)
+    old = os.umask(0o077)
+    try:
+        run_jobs(get_runtime("ref"), [job(output="new.npz"), job(output="old.npz")],
+                 tmp_path / "in", out, "docker")
+    finally:
+        os.umask(old)
+    assert (out / "new.npz").stat().st_mode & 0o777 == 0o600
+    assert (out / "old.npz").stat().st_mode & 0o777 == 0o640
+    assert {k: v & 0o777 for k, v in seen.items()} == {"jobs": 0o755, "jobs_file": 0o644,
+                                                       "stage": 0o755}
+
+
 def test_an_inputs_folder_the_container_cannot_enter_is_named(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(backends.os, "getuid", lambda: 0)  # containers run as CONTAINER_UID
