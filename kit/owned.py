@@ -127,6 +127,15 @@ def write_named_file(path: Path, data: bytes, ours: Callable[[bytes], bool], opt
             if found and found["name"] == path.name and stale(left.name) \
                     and left.is_file() and not left.is_symlink():
                 left.unlink()
+    check_named_file(path, ours, option)
+    write_atomic(path, data)
+
+
+def check_named_file(path: Path, ours: Callable[[bytes], bool], option: str) -> None:
+    """Refuse, by name, a file at ``path`` that ``write_named_file`` would refuse to
+    replace (a command checks it before its work, not only when it writes)."""
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise KitError(f"{path}: not a plain file; name another file with {option}")
     if path.exists():
         try:
             mine = ours(path.read_bytes())
@@ -136,7 +145,6 @@ def write_named_file(path: Path, data: bytes, ours: Callable[[bytes], bool], opt
         if not mine:
             raise KitError(f"{path}: a file the kit did not write; move it, or name another "
                            f"file with {option}")
-    write_atomic(path, data)
 
 
 def temporary(out: Path) -> Path:

@@ -45,7 +45,7 @@ from kit.files import (
     sha256,
     write_atomic,
 )
-from kit.owned import json_with, write_named_file
+from kit.owned import check_named_file, json_with, write_named_file
 from kit.runfolder import (
     LOCK,
     MACHINE,
@@ -280,6 +280,7 @@ def replay(run: Path | None, substrate: str | None, stages_asked: list[str] | No
         raise KitError(f"unknown stages {unknown}; stages: {STAGES}")
     target = first.with_name(first.name + "-replay")
     check_target(target)  # before anything is made: a folder the kit did not make is refused
+    check_named_file(first / REPLAY, replay_report, "--replay")  # the verdict's file, too
     with hold(first, create=small):
         if small:
             # in the kit's cache, never beside the run folder (a user's file may be there)

@@ -37,6 +37,19 @@ def test_a_replay_folder_the_kit_did_not_make_is_refused(
     assert not first.exists()  # refused before the first run folder was made
 
 
+def test_replay_refuses_a_users_replay_json_before_it_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The verdict's file is checked before the replay starts, not after it ran."""
+    first = tmp_path / "run"
+    first.mkdir()
+    (first / REPLAY).write_text("the user's notes\n")
+    assert main(["verify", "--replay", "--run", str(first), "--small"]) == 2
+    assert capsys.readouterr().err.startswith(f"kit: error: {first / REPLAY}: a file the "
+                                              "kit did not write")
+    assert sorted(p.name for p in first.iterdir()) == [REPLAY]
+    assert not (tmp_path / "run-replay").exists()
+
+
 def test_a_file_at_the_replay_path_is_refused(tmp_path: Path) -> None:
     (tmp_path / "run-replay").write_text("the user's")
     with pytest.raises(KitError, match="run-replay: is not a folder"):
