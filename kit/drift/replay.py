@@ -188,16 +188,20 @@ def check_target(target: Path) -> None:
 
 def prepare(first: Path, target: Path, stages: tuple[str, ...], order: tuple[str, ...]
             ) -> None:
-    """A fresh replay folder holding (hard links to) the stages before the first replayed:
-    the kit's mark written first, then everything but the mark and the lock file of an
+    """A fresh replay folder holding (hard links to) the stages before the first replayed
+    (a symbolic link among them is refused by name): the kit's mark written first, then everything but the mark and the lock file of an
     earlier replay removed (``check_target`` refuses any other folder)."""
     from kit.runlock import hold
 
     check_target(target)
     start = min(order.index(s) for s in stages)
     for stage in order[:start]:
-        if not (first / stage).is_dir():
+        if not (first / stage).is_dir() or (first / stage).is_symlink():
             raise KitError(f"{first / stage}: the first run lacks stage {stage!r} to replay from")
+        linked = next((p for p in (first / stage).rglob("*") if p.is_symlink()), None)
+        if linked is not None:  # hard-linked below, a link would bring in what it names
+            raise KitError(f"{linked}: a symbolic link in the first run, and the replay "
+                           f"links no file through one; remove it, or {RERUN}")
     with hold(target) as folder:  # refused at once while a command runs in the folder
         earlier = kits_own(folder, order)  # a user's file there is refused, never removed
         write_atomic(folder / REPLAY_MARK, f"made by the kit's replay of {first}\n".encode())

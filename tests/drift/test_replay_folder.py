@@ -50,6 +50,17 @@ def test_replay_refuses_a_users_replay_json_before_it_runs(
     assert not (tmp_path / "run-replay").exists()
 
 
+def test_a_link_in_the_first_runs_stages_is_refused(tmp_path: Path) -> None:
+    first, target = tmp_path / "run", tmp_path / "run-replay"
+    for stage in ORDER:
+        (first / stage).mkdir(parents=True)
+    (tmp_path / "host.txt").write_text("the user's")
+    (first / "split" / "rows.json").symlink_to(tmp_path / "host.txt")
+    with pytest.raises(KitError, match="rows.json: a symbolic link in the first run"):
+        prepare(first, target, ("score",), ORDER)
+    assert not (target / "split").exists()
+
+
 def test_a_file_at_the_replay_path_is_refused(tmp_path: Path) -> None:
     (tmp_path / "run-replay").write_text("the user's")
     with pytest.raises(KitError, match="run-replay: is not a folder"):
