@@ -189,8 +189,9 @@ def check_target(target: Path) -> None:
 def prepare(first: Path, target: Path, stages: tuple[str, ...], order: tuple[str, ...]
             ) -> None:
     """A fresh replay folder holding (hard links to) the stages before the first replayed
-    (a symbolic link among them is refused by name): the kit's mark written first, then everything but the mark and the lock file of an
-    earlier replay removed (``check_target`` refuses any other folder)."""
+    (a symbolic link among them is refused by name): the kit's mark written first, then
+    everything but the mark and the lock file of an earlier replay removed
+    (``check_target`` refuses any other folder)."""
     from kit.runlock import hold
 
     check_target(target)
