@@ -223,3 +223,24 @@ def test_a_shape_a_release_changes_on_one_side_only_is_beyond_and_named() -> Non
     said, why = verdict({"y": found}, alarm["false_alarm_rate"])
     assert said == "beyond clean drift"
     assert "y (float32[1, 1, 1] against float32[4, 3, 4])" in why
+
+
+def test_external_data_is_carried_readable_to_the_container_whatever_the_umask(
+        tmp_path: Path) -> None:
+    """A nested external data file, copied into the work folder under umask 077: the file
+    and every folder made for it are readable to the docker worker's user
+    (``kit.runtime.scratch.SHARED_FILE``/``SHARED_FOLDER``), the work folder left as it is."""
+    from kit.audit.model import carry_external
+
+    source, work = tmp_path / "w.bin", tmp_path / "work"
+    source.write_bytes(b"\0" * 8)
+    work.mkdir(mode=0o700)
+    old = os.umask(0o077)
+    try:
+        carry_external({"data/deep/w.bin": source}, work)
+    finally:
+        os.umask(old)
+    assert [oct(p.stat().st_mode & 0o777) for p in (work / "data", work / "data" / "deep",
+                                                    work / "data" / "deep" / "w.bin")] == \
+        ["0o755", "0o755", "0o644"]
+    assert work.stat().st_mode & 0o777 == 0o700

@@ -30,7 +30,7 @@ from onnx import TensorProto, helper
 
 from kit.errors import ConfigError, FileFormatError
 from kit.files import load_npz, read_yaml, write_atomic
-from kit.runtime.scratch import SHARED_FILE
+from kit.runtime.scratch import SHARED_FILE, SHARED_FOLDER
 
 PROTOCOL = Path(__file__).resolve().parents[1] / "protocols" / "audit.yaml"
 LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_layout", "enable_all")
@@ -115,6 +115,8 @@ def carry_external(files: dict[str, Path], folder: Path) -> None:
     for location, source in files.items():
         target = folder / location
         target.parent.mkdir(parents=True, exist_ok=True)
+        for made in target.relative_to(folder).parents[:-1]:  # its folders, as readable
+            os.chmod(folder / made, SHARED_FOLDER)
         shutil.copyfile(source, target)
         os.chmod(target, SHARED_FILE)  # the worker's container reads it, whatever the umask
 
