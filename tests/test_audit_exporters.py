@@ -20,6 +20,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
+from kit.audit.model import load_protocol, probe, widen
+from kit.corpus.cases import CASES
 from tests.test_audit import PAIR, audit
 
 X = np.random.default_rng(0).standard_normal((16, 6)).astype(np.float32)
@@ -130,3 +132,121 @@ def test_a_move_whose_instrumented_copy_exposes_a_scalar_is_judged(tmp_path: Pat
     assert record["exposed"]
     assert record["oracle"]["outputs"]["z"]["closer"] == "to"
     assert record["first_moving"] is not None or record["unlocalised"]
+
+
+NARROW = {"b": T.BFLOAT16, "e4": T.FLOAT8E4M3FN, "e4u": T.FLOAT8E4M3FNUZ, "e5": T.FLOAT8E5M2,
+          "e5u": T.FLOAT8E5M2FNUZ}
+
+
+def test_bfloat16_and_float8_outputs_are_compared_as_float32_after_an_exact_cast(
+        tmp_path: Path) -> None:
+    """onnxruntime 1.20.1 and 1.29.0 hand numpy no array for these types ("No corresponding
+    Numpy type"; 1.29.0 gives float8e4m3fn's raw bytes as uint8): the audit's copy casts
+    each to float32 under the output's own name, so every value arrives exact, and the
+    report says so."""
+    x = (X * 3).astype(np.float32)
+    model, inputs = _save(tmp_path, [h.make_node("Mul", ["x", "x"], ["m"]), *(
+        h.make_node("Cast", ["m"], [name], to=t) for name, t in NARROW.items())],
+        [_x(["N", 6])], [h.make_tensor_value_info(n, t, ["N", 6]) for n, t in NARROW.items()],
+        21, x=x)
+    record = _run(model, inputs, tmp_path / "report", 0)
+    ran = np.load(tmp_path / "report" / "work" / "outputs" / PAIR[0] / "enable_all-t1" /
+                  "plain-inputs.npz")
+    for name, t in NARROW.items():
+        narrow = onnx.helper.tensor_dtype_to_np_dtype(t)  # onnx's ml_dtypes type
+        assert record["outputs"][name]["compared_as"] == \
+            f"float32 after an exact cast from {T.DataType.Name(t).lower()}"
+        assert ran[name].dtype == np.float32
+        assert record["outputs"][name]["identical_share"] == 1.0  # 1.29.0's: float32 too
+        assert np.array_equal(ran[name], (x * x).astype(narrow).astype(np.float32),
+                              equal_nan=True), name
+    page = re.sub(r"<[^>]+>", "", (tmp_path / "report" / "index.html").read_text())
+    assert "b (float32 after an exact cast from bfloat16)" in page
+
+
+def test_a_move_with_bfloat16_inside_is_localised(tmp_path: Path) -> None:
+    """The corpus's Pad-into-AveragePool host (1.20.1 fuses wrongly) with a bfloat16 tensor
+    after the pool and a float8 output: the instrumented copy exposes the bfloat16 tensor
+    cast as the output is, on both releases, and the reference implementation judges the
+    float8 output."""
+    case = next(c for c in CASES if c.id == "pad-avgpool-fusion").build(0)
+    graph = case.model.graph
+    graph.node.extend([h.make_node("Cast", ["y"], ["half"], name="to_bf16", to=T.BFLOAT16),
+                       h.make_node("Cast", ["half"], ["wide"], name="back", to=T.FLOAT),
+                       h.make_node("Cast", ["wide"], ["y8"], name="to_f8", to=T.FLOAT8E4M3FN)])
+    graph.output[0].name = "y8"
+    graph.output[0].type.tensor_type.elem_type = T.FLOAT8E4M3FN
+    del case.model.opset_import[:]
+    case.model.opset_import.append(h.make_opsetid("", 19))  # float8 (Pad-21 is not fused)
+    case.model.ir_version = 9
+    onnx.save(case.model, str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "x.npz", **case.inputs)
+    record = _run(tmp_path / "m.onnx", tmp_path / "x.npz", tmp_path / "report", 1)
+    assert record["verdict"] == "beyond clean drift"
+    assert record["outputs"]["y8"]["compared_as"] == "float32 after an exact cast from " \
+                                                     "float8e4m3fn"
+    assert record["first_moving"]["node"] == "avgpool"
+    assert record["exposed"] == 4  # the pool, both casts out of float and the output
+    exposed = probe(case.model, tmp_path / "probe.onnx",
+                    load_protocol()["localisation"]["op_types"])
+    half = next(e for e in exposed if e["tensor"] == "half")
+    assert half["compared_as"] == "float32 after an exact cast from bfloat16"
+    assert record["oracle"]["outputs"]["y8"]["closer"] == "to"
+
+
+def test_widen_keeps_the_name_and_rewires_every_reader(tmp_path: Path) -> None:
+    """The narrow tensor is renamed where its producer writes it and wherever a node or a
+    subgraph reads it; the output keeps its name, now float32; an initializer output is
+    renamed with its graph input entry."""
+    branch = h.make_graph([h.make_node("Cast", ["y"], ["t"], to=T.FLOAT)], "b", [],
+                          [h.make_tensor_value_info("t", T.FLOAT, ["N", 6])])
+    c = h.make_tensor("c", T.BFLOAT16, [1], [1.5])
+    graph = h.make_graph(
+        [h.make_node("Cast", ["x"], ["y"], name="narrow", to=T.BFLOAT16),
+         h.make_node("Cast", ["y"], ["w"], to=T.FLOAT),
+         h.make_node("If", ["flag"], ["z"], then_branch=branch, else_branch=branch)], "g",
+        [_x(["N", 6]), h.make_tensor_value_info("flag", T.BOOL, []),
+         h.make_tensor_value_info("c", T.BFLOAT16, [1])],
+        [h.make_tensor_value_info("y", T.BFLOAT16, ["N", 6]),
+         h.make_tensor_value_info("z", T.FLOAT, ["N", 6]),
+         h.make_tensor_value_info("w", T.FLOAT, ["N", 6]),
+         h.make_tensor_value_info("c", T.BFLOAT16, [1])], [c])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 21)], ir_version=10)
+    copy, compared = widen(model)
+    onnx.checker.check_model(copy, full_check=True)
+    assert compared == {"y": "float32 after an exact cast from bfloat16",
+                        "c": "float32 after an exact cast from bfloat16"}
+    assert {o.name: o.type.tensor_type.elem_type for o in copy.graph.output} == \
+        {"y": T.FLOAT, "z": T.FLOAT, "w": T.FLOAT, "c": T.FLOAT}
+    nodes = {n.name: n for n in copy.graph.node}
+    assert list(nodes["narrow"].output) == ["y/bfloat16"]
+    assert [n.input[0] for n in copy.graph.node if n.op_type == "Cast"][1:] == \
+        ["y/bfloat16", "y/bfloat16", "c/bfloat16"]
+    assert copy.graph.node[2].attribute[0].g.node[0].input[0] == "y/bfloat16"
+    assert [i.name for i in copy.graph.input] == ["x", "flag", "c/bfloat16"]
+    assert nodes["y (bfloat16) cast to float32 by kit audit"].output[0] == "y"
+    assert model.graph.node[0].output[0] == "y"  # the model itself is left as it was
+
+
+def test_an_int4_output_is_widened_and_refused_by_name_where_a_release_lacks_the_cast(
+        tmp_path: Path) -> None:
+    """int4 reaches numpy on no release either; 1.29.0 casts it to int8 exactly (compared
+    exactly), 1.20.1 has no such Cast kernel, and the error names the output and its type
+    with the release, in one line."""
+    model, inputs = _save(tmp_path, [h.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"])],
+                          [_x(["N", 6])], [h.make_tensor_value_info("q", T.INT4, ["N", 6])],
+                          21, (nh.from_array(np.array(0.5, np.float32), "s"),
+                               h.make_tensor("zp", T.INT4, [], [0])), x=X)
+    proc = audit(str(model), "--inputs", str(inputs), "--from", f"{PAIR[1]}/disable_all",
+                 "--to", PAIR[1], "--out", str(tmp_path / "report"), "--workers", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((tmp_path / "report" / "audit.json").read_text())
+    assert record["outputs"]["q"]["compared_as"] == "int8 after an exact cast from int4"
+    assert record["outputs"]["q"]["identical_share"] == 1.0
+    proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
+                 "--out", str(tmp_path / "again"), "--workers", "1")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("kit: error")]
+    assert "onnxruntime 1.20.1" in line
+    assert "q (int4) cast to int8 by kit audit" in line

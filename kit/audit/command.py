@@ -58,6 +58,7 @@ from kit.audit.model import (
     parse_cell,
     probe,
     sliced,
+    widen,
 )
 from kit.audit.oracle import judge_sides, spec_shapes, which_shape
 from kit.audit.report import write_report
@@ -163,7 +164,8 @@ def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
 def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
              protocol: dict[str, Any], work: Path, args: argparse.Namespace,
              pool: Workers) -> dict[str, Any]:
-    write_atomic(work / GRAPHS["plain"], model.SerializeToString(), SHARED_FILE)
+    plain_copy, compared_as = widen(model)  # a type numpy lacks, cast exactly
+    write_atomic(work / GRAPHS["plain"], plain_copy.SerializeToString(), SHARED_FILE)
     external = external_files(args.model)
     carry_external(external, work)
     feeds = write_inputs(work, arrays, fixed_batch(model))
@@ -193,7 +195,8 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             outputs[(sides["from"], "plain")][name], n_cal, alarm, name)]
     rows = {name: {**c.as_dict(), **({} if any(partners.values()) else {"tau": None}),
                    **describe(outputs[(sides["from"], "plain")][name],
-                              outputs[(sides["to"], "plain")][name], name)}
+                              outputs[(sides["to"], "plain")][name], name),
+                   **({"compared_as": compared_as[name]} if name in compared_as else {})}
             for name, c in plain.items()}
     moving, exposed, moving_why = None, None, None
     oracle = {"ran": False, "why": "not run: the two sides agree within clean drift, so "

@@ -10,12 +10,16 @@
   initializers), with their element types, ranks and every fixed dimension; the first axis
   is the batch of inputs the audit splits and scores (``input_count``, ``sliced``), but
   for a scalar input the graph declares (rank 0), which goes whole with every run;
+- ``widen``: the audit's copy of the model with each graph output of a type onnxruntime's
+  Python binding gives numpy no array for (bfloat16, float8: ``WIDENED``) cast exactly to a
+  type it does (float32), under the output's own name, the cast recorded (``compared_as``);
 - ``probe``: a copy of the model that also outputs every tensor of a known element type
-  (floating point, integer or boolean; compared exactly unless floating) that a node of the
-  protocol's compute op types produces (``localisation.op_types``), in graph order, each
-  with the nodes upstream of it that no exposed tensor separates from it (``upstream``:
-  where a move first seen there may start, a node the optimiser fuses or moves data
-  through being left unexposed so as not to stop the fusion under audit).
+  (floating point, bfloat16 and float8 widened as above, integer or boolean; compared
+  exactly unless floating) that a node of the protocol's compute op types produces
+  (``localisation.op_types``), in graph order, each with the nodes upstream of it that no
+  exposed tensor separates from it (``upstream``: where a move first seen there may start,
+  a node the optimiser fuses or moves data through being left unexposed so as not to stop
+  the fusion under audit).
 """
 
 from __future__ import annotations
@@ -34,12 +38,25 @@ from kit.runtime.scratch import SHARED_FILE, SHARED_FOLDER
 
 PROTOCOL = Path(__file__).resolve().parents[1] / "protocols" / "audit.yaml"
 LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_layout", "enable_all")
-FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16)
-# Element types an exposed tensor may have: the float types, integers and booleans (strings
-# and unknown types are left out).
-EXPOSED_TYPES = (*FLOAT_TYPES, TensorProto.BFLOAT16, TensorProto.INT8, TensorProto.INT16,
-                 TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8, TensorProto.UINT16,
-                 TensorProto.UINT32, TensorProto.UINT64, TensorProto.BOOL)
+T = TensorProto
+FLOAT_TYPES = (T.FLOAT, T.DOUBLE, T.FLOAT16)
+INTEGER_TYPES = (T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.UINT16, T.UINT32, T.UINT64,
+                 T.BOOL)
+# Element types onnxruntime's Python binding hands numpy no array for: 1.20.1 and 1.29.0
+# raise "No corresponding Numpy type for Tensor Type" on a bfloat16 or float8 output (but
+# 1.29.0 gives float8e4m3fn's raw bytes as uint8), and 1.29.0 on int4 and int2. The
+# audit's copies of the model cast each such tensor to the type here, which holds every
+# value of it exactly (``widen``). Both releases cast the NARROW_FLOATS; only 1.29.0 int4
+# and int2 (1.20.1 then refuses the copy by the Cast's name, which names the tensor and
+# its type); neither runs a model holding float8e8m0 or float4e2m1.
+NARROW_FLOATS = (T.BFLOAT16, T.FLOAT8E4M3FN, T.FLOAT8E4M3FNUZ, T.FLOAT8E5M2, T.FLOAT8E5M2FNUZ)
+WIDENED: dict[int, int] = {
+    **dict.fromkeys(NARROW_FLOATS, T.FLOAT), T.FLOAT8E8M0: T.FLOAT, T.FLOAT4E2M1: T.FLOAT,
+    T.INT4: T.INT8, T.INT2: T.INT8, T.UINT4: T.UINT8, T.UINT2: T.UINT8}
+# Element types an exposed tensor may have: the float types, the narrow floats (cast),
+# integers and booleans. Strings and other types are left out: a Cast a release lacks
+# would stop the whole instrumented copy, not only its tensor.
+EXPOSED_TYPES = (*FLOAT_TYPES, *NARROW_FLOATS, *INTEGER_TYPES)
 
 
 @dataclass(frozen=True)
@@ -204,16 +221,69 @@ def probe(model: onnx.ModelProto, target: Path, op_types: list[str]) -> list[dic
     seen = {tensor for _, tensor in chosen}
     producers = {t: node for node in model.graph.node for t in node.output if t}
     exposed = []
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
+    copy, compared = widen(model, {tensor: types[tensor] for _, tensor in chosen
+                                   if types.get(tensor) in WIDENED})
     for node, tensor in chosen:
         if tensor not in outputs:  # a graph output is in every copy already
-            copy.graph.output.append(helper.make_tensor_value_info(tensor, types[tensor], None))
+            copy.graph.output.append(helper.make_tensor_value_info(
+                tensor, WIDENED.get(types[tensor], types[tensor]), None))
         exposed.append({"tensor": tensor, "node": node.name or tensor, "op": node.op_type,
                         "inputs": ", ".join(node.input),
-                        "upstream": ", ".join(_upstream(node, producers, seen))})
+                        "upstream": ", ".join(_upstream(node, producers, seen)),
+                        **({"compared_as": compared[tensor]} if tensor in compared else {})})
     write_atomic(target, copy.SerializeToString(), SHARED_FILE)  # the worker's container reads it
     return exposed
+
+
+def widen(model: onnx.ModelProto, tensors: dict[str, int] | None = None
+          ) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """A copy of ``model`` in which each tensor of ``tensors`` (name: element type; by
+    default every graph output of a ``WIDENED`` type) keeps its name but holds its values
+    cast to the ``WIDENED`` type, by a Cast from the tensor renamed ``NAME/TYPE`` (which
+    its producer writes and every node and subgraph reads in its stead); and how each such
+    tensor is compared (``compared_as``: "float32 after an exact cast from bfloat16")."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    fed = {i.name for i in graph.input} - {i.name for i in graph.initializer}
+    if tensors is None:
+        tensors = {o.name: o.type.tensor_type.elem_type for o in graph.output
+                   if o.type.tensor_type.elem_type in WIDENED and o.name not in fed}
+    taken = {t for node in graph.node for t in [*node.input, *node.output]} | {
+        v.name for v in [*graph.input, *graph.output, *graph.value_info, *graph.initializer]}
+    compared = {}
+    for name, elem in tensors.items():
+        narrow, wide = T.DataType.Name(elem).lower(), WIDENED[elem]
+        shown = str(helper.tensor_dtype_to_np_dtype(wide))
+        raw = f"{name}/{narrow}"
+        while raw in taken:
+            raw += "_"
+        taken.add(raw)
+        _rename(graph, name, raw)
+        for value in graph.output:
+            if value.name == name:
+                value.type.tensor_type.elem_type = wide
+        graph.node.append(helper.make_node(  # its name is what a release lacking it says
+            "Cast", [raw], [name], name=f"{name} ({narrow}) cast to {shown} by kit audit",
+            to=wide))
+        compared[name] = f"{shown} after an exact cast from {narrow}"
+    return copy, compared
+
+
+def _rename(graph: onnx.GraphProto, old: str, new: str) -> None:
+    """Tensor ``old`` as ``new`` wherever ``graph`` writes or reads it: its nodes, its
+    initializers and value infos, and every subgraph reading it from this scope (a
+    subgraph cannot define a name of an outer scope)."""
+    for node in graph.node:
+        node.input[:] = [new if t == old else t for t in node.input]
+        node.output[:] = [new if t == old else t for t in node.output]
+        for attribute in node.attribute:
+            for sub in [*([attribute.g] if attribute.HasField("g") else []), *attribute.graphs]:
+                _rename(sub, old, new)
+                for value in sub.output:  # a branch may output an outer tensor as it is
+                    value.name = new if value.name == old else value.name
+    for value in [*graph.initializer, *graph.input, *graph.value_info]:
+        value.name = new if value.name == old else value.name
 
 
 def _upstream(node: onnx.NodeProto, producers: dict[str, onnx.NodeProto],

@@ -24,7 +24,8 @@ def _measured(record: dict[str, Any]) -> list[Any]:
     sections.append(PageTable(
         "Outputs", ["output", "max abs", "max rel", "bit-identical", "flips", "Polygraphy",
                     "tau", "audited alarm share", "unstable clean pairs"],
-        [[n, _g(r["max_abs"]), _g(r["max_rel"]), f"{r['identical_share']:.0%}",
+        [[n + (f" ({r['compared_as']})" if r.get("compared_as") else ""), _g(r["max_abs"]),
+          _g(r["max_rel"]), f"{r['identical_share']:.0%}",
           str(r["flips"]), r["polygraphy_verdict"] + ("" if r["polygraphy_fails"] is None
                                      else f" ({r['polygraphy_fails']})"),
           _g(r["tau"]), f"{r['audited_rate']:.0%}",
