@@ -101,6 +101,29 @@ def test_a_string_output_is_compared_exactly(tmp_path: Path) -> None:
     assert row["polygraphy_verdict"] == "cannot compare text"
 
 
+def test_a_string_input_given_in_the_inputs_file_is_fed_as_text(tmp_path: Path) -> None:
+    """A string input read from the .npz as numpy's fixed-width text is fed as it is (the
+    audit had refused any string input: 'input is <U12, the model takes object'); bytes
+    are refused before anything runs, naming the input and the fix."""
+    text = np.array([[f"{v:.6g}" for v in row] for row in X[:, :2]])
+    model, inputs = _save(tmp_path, [h.make_node("Cast", ["s"], ["y"], to=T.FLOAT),
+                                     h.make_node("Mul", ["y", "y"], ["sq"])],
+                          [h.make_tensor_value_info("s", T.STRING, ["N", 2])],
+                          [h.make_tensor_value_info("sq", T.FLOAT, ["N", 2])], s=text)
+    record = _run(model, inputs, tmp_path / "report", 0)
+    assert record["outputs"]["sq"]["identical_share"] == 1.0
+    ran = np.load(tmp_path / "report" / "work" / "outputs" / PAIR[1] / "enable_all-t1" /
+                  "plain-inputs.npz")
+    np.testing.assert_array_equal(ran["sq"], np.square(text.astype(np.float32)))
+    np.savez(inputs, s=text.astype(np.bytes_))
+    proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
+                 "--out", str(tmp_path / "bytes"), "--workers", "1")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"kit: error: {inputs}: input 's' is |S9, the model takes " \
+                                  "text: save it as numpy str_ (np.array(['a', 'b']))"
+    assert not (tmp_path / "bytes").exists()
+
+
 def test_an_output_whose_axes_follow_the_inputs_is_compared_whole(tmp_path: Path) -> None:
     """x @ x^T over 100 inputs: runs of 64 and 36 give (64, 64) and (36, 36)."""
     x = np.random.default_rng(1).standard_normal((100, 6)).astype(np.float32)

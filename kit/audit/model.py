@@ -7,7 +7,8 @@
   them), each inside the model's folder by the worker's own rule, so the audit carries
   them with the model into its work folder;
 - ``check_inputs``: an ``.npz`` whose arrays are exactly the graph's inputs (not its
-  initializers), with their element types, ranks and every fixed dimension; the first axis
+  initializers), with their element types (a string input as numpy's fixed-width text,
+  which the worker feeds as it is), ranks and every fixed dimension; the first axis
   is the batch of inputs the audit splits and scores (``input_count``, ``sliced``), but
   for a scalar input the graph declares (rank 0), which goes whole with every run;
 - ``widen``: the audit's copy of the model with each graph output of a type onnxruntime's
@@ -160,7 +161,11 @@ def check_inputs(model: onnx.ModelProto, path: Path, minimum: int
     counts = set()
     for name, (elem, dims) in wanted.items():
         array = arrays[name]
-        dtype = helper.tensor_dtype_to_np_dtype(elem)
+        if elem == TensorProto.STRING and array.dtype.kind != "U":
+            raise FileFormatError(f"{path}: input {name!r} is {array.dtype}, the model takes "
+                                  "text: save it as numpy str_ (np.array(['a', 'b']))")
+        dtype = array.dtype if elem == TensorProto.STRING else \
+            helper.tensor_dtype_to_np_dtype(elem)
         if array.dtype != dtype:
             raise FileFormatError(f"{path}: input {name!r} is {array.dtype}, the model "
                                   f"takes {dtype}")

@@ -30,9 +30,10 @@ reads the locations from the protobuf wire format (``external_tensors``).
 when there is none) and ``model_external_data`` gives each file's sha256.
 
 An input .npz is judged from its members' .npy headers before any data is read or
-inflated (``npz_headers``): every member a plain numeric .npy (no pickle, no object
-dtype), no name twice, each member's size what its header declares, at most
-``MAX_INPUT_BYTES`` declared in all, names, dtypes and static dims those of the graph.
+inflated (``npz_headers``): every member a plain .npy, numeric or fixed-width text for a
+string input (no pickle, no object dtype), no name twice, each member's size what its
+header declares, at most ``MAX_INPUT_BYTES`` declared in all, names, dtypes and static
+dims those of the graph.
 NaN or infinite inputs are refused, not recorded: the studies compare outputs by
 distance, and one NaN would void every distance it touches. A model that onnxruntime
 cannot load or run (a Conv whose weights have the wrong channel count) is a refusal
@@ -534,9 +535,12 @@ def _check_inputs(session: Any, declared: Declared, shown: str) -> int:
     sizes = set()
     for name, meta in wanted.items():
         shape, found = declared[name]
-        dtype = ORT_DTYPES.get(meta.type)
+        text = meta.type == "tensor(string)"  # fed as fixed-width text of any width
+        dtype = found if text and found.kind == "U" else ORT_DTYPES.get(meta.type)
         if dtype is None:
-            raise JobError(shown, f"input {name!r} has unsupported type {meta.type}")
+            raise JobError(shown, f"input {name!r} has dtype {found}, the graph wants text "
+                                  "(numpy str_)" if text else
+                                  f"input {name!r} has unsupported type {meta.type}")
         if found != dtype:
             raise JobError(shown, f"input {name!r} has dtype {found}, the graph wants {dtype}")
         if len(shape) != len(meta.shape) or any(

@@ -450,6 +450,35 @@ def test_a_whole_job_keeps_an_output_without_a_batch_axis(tmp_path: Path) -> Non
                  tmp_path / "in", tmp_path / "c", "venv")
 
 
+@pytest.mark.parametrize("runtime", ["ref", "cand"])
+def test_a_string_input_is_fed_as_fixed_width_text(tmp_path: Path, runtime: str) -> None:
+    """A string input comes as numpy's fixed-width text (``storable``'s form, any width),
+    which onnxruntime takes as it is; bytes are refused naming the input, since 1.20.1
+    and 1.29.0 read a fixed-width bytes array past each element's end ('1.5' became
+    1.52)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT)], "t",
+        [helper.make_tensor_value_info("s", TensorProto.STRING, ["N", 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])])
+    (tmp_path / "in").mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(tmp_path / "in" / "t.onnx"))
+    write_npz(tmp_path / "in" / "s.npz", {"s": np.array([["1.5", "2"], ["-4e2", "0.25"]])})
+    write_npz(tmp_path / "in" / "b.npz", {"s": np.array([[b"1.5", b"2"], [b"-4", b"0"]])})
+    text = {"model": "t.onnx", "inputs": "s.npz", "graph_optimization": "enable_all",
+            "output": "y.npz"}
+    (out,) = run_jobs(get_runtime(runtime), [text], tmp_path / "in", tmp_path / "out", "venv")
+    np.testing.assert_array_equal(read_npz(out)["y"], np.array([[1.5, 2], [-400, 0.25]],
+                                                               np.float32))
+    with pytest.raises(WorkerFailed, match=r"b.npz: input 's' has dtype \|S3, the graph wants "
+                                           r"text \(numpy str_\)"):
+        run_jobs(get_runtime(runtime), [{**text, "inputs": "b.npz"}], tmp_path / "in",
+                 tmp_path / "bytes", "venv")
+
+
 def test_each_cell_builds_its_session_once(workdir: Path) -> None:
     """Jobs of one model at four levels: four sessions, one per level (the inputs are
     checked on the first, which its job then runs on), not one to check and one to run."""
