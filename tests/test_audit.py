@@ -248,6 +248,13 @@ def test_the_screen_reads_chains_attributes_and_levels() -> None:
     ("one-row", "at least 2"),
     ("bad-release", "'1.99.0' is not a release the kit locks"),
     ("bad-level", "'enable_most' is not a graph optimisation level"),
+    ("lacking-level", f"--from {PAIR[0]}/enable_layout: onnxruntime {PAIR[0]} offers no "
+                      "graph optimisation level enable_layout (it offers disable_all, "
+                      "enable_basic, enable_extended, enable_all)"),
+    ("bisect-level", "--bisect audits the releases between --from and --to at --to's level "
+                     "enable_layout, which these onnxruntime releases do not offer: 1.21.1, "
+                     "1.22.1; bisect at a level each offers (disable_all, enable_basic, "
+                     "enable_extended, enable_all)"),
     ("same-cell", "the same cell"),
 ])
 def test_bad_input_is_a_clear_error_before_anything_runs(make: str, says: str,
@@ -269,12 +276,17 @@ def test_bad_input_is_a_clear_error_before_anything_runs(make: str, says: str,
         cells = ["--from", "1.99.0", "--to", PAIR[1]]
     elif make == "bad-level":
         cells = ["--from", f"{PAIR[0]}/enable_most", "--to", PAIR[1]]
+    elif make == "lacking-level":  # 1.20.1's worker refused it, once started
+        cells = ["--from", f"{PAIR[0]}/enable_layout", "--to", PAIR[1]]
+    elif make == "bisect-level":  # 1.29.0 offers it, the releases a bisection visits not all
+        cells = ["--from", PAIR[0], "--to", f"{PAIR[1]}/enable_layout", "--bisect"]
     else:
         cells = ["--from", PAIR[1], "--to", PAIR[1]]
     out = tmp_path / "report"
     proc = audit(str(model), "--inputs", str(inputs), *cells, "--out", str(out))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
+    assert "jobs of the plain graph" not in proc.stderr  # no worker started
     [line] = [x for x in proc.stderr.splitlines() if x.startswith("kit: error: ")]
     assert says in line
     assert not out.exists()
@@ -611,6 +623,8 @@ def test_bench_refuses_inputs_it_cannot_time_before_any_floor_runs(
     ("nope", PAIR[0], "sides/from/level 'nope' is not a graph optimisation level"),
     ("../../x", PAIR[0], "sides/from/level '../../x' is not a graph optimisation level"),
     ("enable_all", "9.9.9", "sides/from/release '9.9.9' is not a release the kit locks"),
+    ("enable_layout", PAIR[0], "sides/from: onnxruntime 1.20.1 offers no graph optimisation "
+                               "level enable_layout"),
 ])
 def test_bench_refuses_a_side_the_kit_cannot_run_before_anything_starts(
         tmp_path: Path, convnet_onnx: Path, capsys: pytest.CaptureFixture[str],

@@ -30,7 +30,7 @@ AGAIN = "run the audit again into a new --out folder"
 def audit_cells(record: dict[str, Any], path: Path) -> list[Cell]:
     """The audit's two sides as cells, each a release the kit locks at one of onnxruntime's
     levels (the schema takes any string: a level is checked here, before anything runs)."""
-    from kit.runtime.runtimes import known_releases
+    from kit.runtime.runtimes import known_releases, levels_offered
 
     cells = [Cell(**record["sides"][side]) for side in ("from", "to")]
     releases = known_releases()
@@ -41,6 +41,9 @@ def audit_cells(record: dict[str, Any], path: Path) -> list[Cell]:
         if cell.release not in releases:
             raise KitError(f"{path}: sides/{side}/release {cell.release[:40]!r} is not a "
                            f"release the kit locks; {AGAIN}")
+        if cell.level not in levels_offered(cell.release):
+            raise KitError(f"{path}: sides/{side}: onnxruntime {cell.release} offers no "
+                           f"graph optimisation level {cell.level}; {AGAIN}")
     return cells
 
 

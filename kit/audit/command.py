@@ -86,7 +86,7 @@ def run_command(args: argparse.Namespace) -> int:
     protocol = load_protocol()
     sides = {"from": parse_cell(args.source, "--from", protocol),
              "to": parse_cell(args.target, "--to", protocol)}
-    check_release_pair(sides)
+    check_release_pair(sides, getattr(args, "bisect", False))
     model = load_model(args.model)
     if args.inputs is None and not args.screen_only:
         raise KitError("audit: --inputs X.npz is needed to run the model (or --screen-only "
@@ -324,6 +324,21 @@ UNEXPOSED = ("no instrumented node leaves its clean envelope, but the instrument
              "the protocol's op_types, or a tensor of an unknown type)")
 
 
-def check_release_pair(sides: dict[str, Cell]) -> None:
+def check_release_pair(sides: dict[str, Cell], bisecting: bool = False) -> None:
+    """Two cells that differ; with ``--bisect``, every release it may visit between them
+    offers TO's level (``kit.audit.bisect`` audits them at it)."""
+    from kit.audit.bisect import between
+    from kit.runtime.runtimes import known_releases, levels_offered
+
     if sides["from"] == sides["to"]:
         raise KitError("--from and --to name the same cell; nothing moves")
+    visited = between(sides["from"], sides["to"], list(known_releases())) if bisecting else []
+    level = sides["to"].level
+    lacking = [release for release in visited if level not in levels_offered(release)]
+    if lacking:
+        common = [lv for lv in levels_offered(visited[0])
+                  if all(lv in levels_offered(release) for release in visited)]
+        raise KitError(f"--bisect audits the releases between --from and --to at --to's "
+                       f"level {level}, which these onnxruntime releases do not offer: "
+                       f"{', '.join(lacking)}; bisect at a level each offers "
+                       f"({', '.join(common)})")

@@ -1,7 +1,7 @@
 """The audit's inputs, checked before anything runs, and the instrumented copy of the model.
 
 - ``parse_cell``: ``RELEASE[/LEVEL]`` against the kit's hash-locked releases
-  (``kit/runtime/releases.toml``) and onnxruntime's levels;
+  (``kit/runtime/releases.toml``) and the levels that release offers;
 - ``load_model``: an ONNX file onnx can parse and check;
 - ``external_files``: the files its external data lies in (every model over 2 GB has
   them), each inside the model's folder by the worker's own rule, so the audit carries
@@ -83,8 +83,9 @@ def load_protocol(path: Path = PROTOCOL) -> dict[str, Any]:
 
 def parse_cell(text: str, option: str, protocol: dict[str, Any]) -> Cell:
     """``RELEASE[/LEVEL]`` as a cell; a ConfigError naming ``option`` when the release is
-    not one the kit locks or the level is not onnxruntime's."""
-    from kit.runtime.runtimes import known_releases
+    not one the kit locks or the level is not onnxruntime's, or not one the release offers
+    (``kit.runtime.runtimes.levels_offered``: refused here, before any worker starts)."""
+    from kit.runtime.runtimes import known_releases, levels_offered
 
     release, _, level = text.partition("/")
     level = level or protocol["level_default"]
@@ -95,6 +96,10 @@ def parse_cell(text: str, option: str, protocol: dict[str, Any]) -> Cell:
     if level not in LEVELS:
         raise ConfigError(f"{option} {text}: {level!r} is not a graph optimisation level; "
                           f"levels: {', '.join(LEVELS)}")
+    offered = levels_offered(release)
+    if level not in offered:
+        raise ConfigError(f"{option} {text}: onnxruntime {release} offers no graph "
+                          f"optimisation level {level} (it offers {', '.join(offered)})")
     return Cell(release, level)
 
 

@@ -12,6 +12,7 @@ import hashlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kit.errors import ConfigError
 from kit.locks import lock_requirements
@@ -19,8 +20,9 @@ from kit.paths import ROOT
 
 CONFIG = Path(__file__).with_name("runtimes.toml")
 RELEASES = Path(__file__).with_name("releases.toml")
-# Every level any release names (1.2x added enable_layout); which of them a release
-# offers is asked of its own wheel (kit.runtime.backends.describe_runtime).
+# Every level any release names (1.23 added enable_layout); which of them a release
+# offers is releases.toml's [levels] (``levels_offered``), as its own wheel says
+# (kit.runtime.backends.describe_runtime).
 GRAPH_LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_layout",
                 "enable_all")
 FIELDS = ("description", "onnxruntime", "lock", "dockerfile", "image", "graph_optimization")
@@ -76,9 +78,29 @@ def load_runtimes(config: Path = CONFIG, root: Path = ROOT) -> dict[str, Runtime
 
 def known_releases(path: Path | None = None) -> dict[str, str]:
     """Every release the kit can run, mapped to the numpy its lock pins."""
+    return dict(_release_table("numpy", path))
+
+
+def levels_offered(release: str, path: Path | None = None) -> list[str]:
+    """The graph optimisation levels onnxruntime ``release`` offers, lowest first
+    (``releases.toml``'s [levels]), so that a level it lacks is refused before any worker
+    starts; a ConfigError naming the table where it lacks the release or names a level
+    no release has."""
+    path = path or RELEASES
+    levels = _release_table("levels", path).get(release)
+    if not isinstance(levels, list) or not levels or any(lv not in GRAPH_LEVELS
+                                                         for lv in levels):
+        raise ConfigError(f"{path}: [levels] gives onnxruntime {release!r} no list of "
+                          f"levels out of {', '.join(GRAPH_LEVELS)}; add what its worker "
+                          "says (`python kit/runtime/worker.py --describe` in its "
+                          "environment)")
+    return list(levels)
+
+
+def _release_table(name: str, path: Path | None) -> dict[str, Any]:
     path = path or RELEASES
     try:
-        table = tomllib.loads(path.read_text())["numpy"]
+        table = tomllib.loads(path.read_text())[name]
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, KeyError) as exc:
         raise ConfigError(f"{path}: cannot read the release table ({exc!r})") from exc
     return dict(table)

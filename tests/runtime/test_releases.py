@@ -56,7 +56,8 @@ def test_an_unknown_release_is_refused() -> None:
 def test_a_release_without_a_lock_names_the_command(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     table = tmp_path / "releases.toml"
-    table.write_text(runtimes.RELEASES.read_text() + '"1.99.9" = "2.1.3"\n')
+    table.write_text(runtimes.RELEASES.read_text().replace("[numpy]\n",
+                                                           '[numpy]\n"1.99.9" = "2.1.3"\n'))
     monkeypatch.setattr(runtimes, "RELEASES", table)
     with pytest.raises(ConfigError, match=r"ort-1.99.9.lock: no lock for onnxruntime 1.99.9; "
                                           r"write it with `python -m kit.runtime.releases"):
@@ -81,6 +82,44 @@ def test_the_worker_describes_its_release() -> None:
     out = subprocess.run([str(ensure_runtime("ref")), "-I", str(WORKER), "--describe"],
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out)["onnxruntime"] == "1.20.1"
+
+
+def test_the_level_table_is_what_each_release_offers() -> None:
+    """releases.toml's [levels], which the audit refuses a level by before any worker
+    starts, against each release's own worker wherever its environment is built (the two
+    study runtimes' always; the rest where a sweep or a bisection built them) and against
+    the real-drift sweep's record of every release."""
+    from kit.paths import cache_dir
+    from kit.runtime.venvs import is_current, venv_python
+
+    swept = json.loads((ROOT / "claims" / "realdrift" / "evidence" / "digits" / "sweep" /
+                        "levels.json").read_text())
+    asked = []
+    for release in known_releases():
+        table = runtimes.levels_offered(release)
+        assert table == swept[release]["levels"], release
+        runtime = release_runtime(release)
+        venv = cache_dir() / "venvs" / runtime.name
+        if runtime.name in ("ref", "cand"):
+            ensure_runtime(runtime.name)
+        elif not is_current(venv, runtime.lock):
+            continue
+        said = subprocess.run([str(venv_python(venv)), "-I", str(WORKER), "--describe"],
+                              capture_output=True, text=True, check=True).stdout
+        assert json.loads(said)["levels"] == table, release
+        asked.append(release)
+    assert {"1.20.1", "1.29.0"} <= set(asked)
+    assert "enable_layout" not in runtimes.levels_offered("1.22.1")
+    assert "enable_layout" in runtimes.levels_offered("1.23.2")
+
+
+def test_a_release_the_level_table_lacks_is_a_config_error(tmp_path: Path) -> None:
+    table = tmp_path / "releases.toml"
+    table.write_text('[numpy]\n"1.99.9" = "2.1.3"\n[levels]\n"1.99.9" = ["enable_most"]\n')
+    for release in ("1.99.9", "1.99.8"):
+        with pytest.raises(ConfigError, match=rf"releases.toml: \[levels\] gives onnxruntime "
+                                              rf"'{release}' no list of levels"):
+            runtimes.levels_offered(release, table)
 
 
 def test_a_level_the_release_lacks_is_refused_before_any_job(workdir: Path) -> None:
