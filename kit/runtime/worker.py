@@ -561,6 +561,10 @@ def _check_inputs(session: Any, declared: Declared, shown: str) -> int:
 
 
 # ---------------------------------------------------------------- execution
+# Element types numpy has no dtype for (bfloat16, the float8, float4 and 4- or 2-bit ints).
+NARROW = re.compile(r"\((bfloat16|float8\w*|float4\w*|u?int[24])\)")
+
+
 def _run_batched(session: Any, arrays: dict[str, Array], n: int,
                  batch: int, shown: str, whole: bool = False) -> dict[str, Array]:
     """Every row, ``batch`` at a time, each output concatenated along its batch axis; a
@@ -572,6 +576,12 @@ def _run_batched(session: Any, arrays: dict[str, Array], n: int,
 
     batch = n if whole else batch
     names = [meta.name for meta in session.get_outputs()]
+    for meta in session.get_outputs():
+        if NARROW.search(str(meta.type)):
+            raise JobError(shown, f"graph output {meta.name!r} is {meta.type}, a type numpy "
+                                  "lacks (onnxruntime refuses it or hands over its raw bytes "
+                                  "as uint8); cast it to a wider type in the graph (kit audit "
+                                  "does so itself)")
     chunks: dict[str, list[Array]] = {name: [] for name in names}
     for start in range(0, n, batch):
         feed = {key: value if value.ndim == 0 else value[start:start + batch]

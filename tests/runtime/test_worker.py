@@ -479,6 +479,32 @@ def test_a_string_input_is_fed_as_fixed_width_text(tmp_path: Path, runtime: str)
                  tmp_path / "bytes", "venv")
 
 
+@pytest.mark.parametrize("runtime", ["ref", "cand"])
+@pytest.mark.parametrize("narrow", ["FLOAT8E4M3FN", "BFLOAT16"])
+def test_an_output_of_a_type_numpy_lacks_is_refused_naming_it(
+        tmp_path: Path, runtime: str, narrow: str) -> None:
+    """1.20.1 raises on a bfloat16 or float8 output, and 1.29.0 hands float8e4m3fn over
+    as its raw bytes in uint8 (1.0 became 56): either way the worker refuses the job
+    naming the output and its type, before anything is written."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["q"], to=getattr(TensorProto, narrow))], "t",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+        [helper.make_tensor_value_info("q", getattr(TensorProto, narrow), ["N", 2])])
+    (tmp_path / "in").mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)],
+                                ir_version=10), str(tmp_path / "in" / "t.onnx"))
+    write_npz(tmp_path / "in" / "x.npz", {"x": np.ones((2, 2), np.float32)})
+    job = {"model": "t.onnx", "inputs": "x.npz", "graph_optimization": "disable_all",
+           "output": "q.npz"}
+    with pytest.raises(WorkerFailed, match=rf"graph output 'q' is tensor\({narrow.lower()}\), "
+                                           "a type numpy lacks"):
+        run_jobs(get_runtime(runtime), [job], tmp_path / "in", tmp_path / "out", "venv")
+    assert not (tmp_path / "out" / "q.npz").exists()
+
+
 def test_each_cell_builds_its_session_once(workdir: Path) -> None:
     """Jobs of one model at four levels: four sessions, one per level (the inputs are
     checked on the first, which its job then runs on), not one to check and one to run."""
