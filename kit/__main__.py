@@ -299,10 +299,17 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a path the user gave: too long, unwritable, a folder, ...
         print(f"kit: error: {path_problem(exc)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (kit.procs.Stopped): unwound
+        status = getattr(exc, "status", 130)
+        print(f"kit: {args.command} {'terminated' if status != 130 else 'interrupted'}",
+              file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":
     from kit.claims.isolation import reexec
+    from kit.procs import stop_on_sigterm
 
     reexec(sys.argv)  # verify runs itself again, isolated (kit.claims.isolation)
+    stop_on_sigterm()
     sys.exit(main())

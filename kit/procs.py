@@ -11,6 +11,11 @@ at once if the parent has already gone (the moment before the request). The vari
 taken out of the child's own environment, so a grandchild knows only the parent its own
 start names.
 
+A SIGTERM (``kill``, ``timeout``) or a Ctrl-C stops a command as an exception instead
+(``stop_on_sigterm``, ``Stopped``): it unwinds, so every staging folder it made is removed
+and every worker it started is closed on the way out, and ``python -m kit`` ends with one
+line and the shell's status (130 or 143), never a traceback.
+
 Linux delivers the signal when the *thread* that started the child ends; every spawn site
 waits for its child on the thread that started it. Elsewhere than Linux no request is
 made, and only the check at start runs. A Docker worker is a ``docker run`` client whose
@@ -48,3 +53,18 @@ def die_with_parent() -> None:
         print(f"kit: error: the process that started this one ({named}) is gone",
               file=sys.stderr)
         os._exit(ORPHANED)
+
+
+class Stopped(KeyboardInterrupt):
+    """A SIGTERM, raised where the command is, as Ctrl-C raises ``KeyboardInterrupt``."""
+
+    status = 128 + signal.SIGTERM
+
+
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into ``Stopped`` in this process (``python -m kit`` only: a library
+    user's handlers stay theirs)."""
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped
+
+    signal.signal(signal.SIGTERM, stop)

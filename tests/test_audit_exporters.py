@@ -273,3 +273,43 @@ def test_an_int4_output_is_widened_and_refused_by_name_where_a_release_lacks_the
     [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("kit: error")]
     assert "onnxruntime 1.20.1" in line
     assert "q (int4) cast to int8 by kit audit" in line
+
+
+def test_an_unseeded_random_op_is_refused_by_name_before_anything_runs(
+        tmp_path: Path) -> None:
+    """RandomNormalLike without a seed (here inside an If's branch, where a scan of the
+    top graph would miss it) gave 'beyond clean drift' with a side-picking that changed
+    from run to run: two worker processes of one release already draw differently. It is
+    refused naming the node; seeded, and a Dropout in inference mode, the audit runs."""
+    from kit.audit.model import unseeded_random
+
+    def branch(seed: bool, name: str) -> onnx.GraphProto:
+        noise = h.make_node("RandomNormalLike", ["x"], ["n"], name=name,
+                            **({"seed": 3.0} if seed else {}))
+        return h.make_graph([noise, h.make_node("Add", ["x", "n"], ["b"])], "branch", [],
+                            [h.make_tensor_value_info("b", T.FLOAT, ["N", 6])])
+
+    for seed, code in ((False, 2), (True, 0)):
+        folder = tmp_path / f"seed-{seed}"
+        folder.mkdir()
+        model, inputs = _save(
+            folder, [h.make_node("If", ["flag"], ["y"], then_branch=branch(seed, "noise"),
+                                 else_branch=branch(seed, "other"))],
+            [_x(["N", 6])], [h.make_tensor_value_info("y", T.FLOAT, ["N", 6])],
+            inits=(nh.from_array(np.array(True), "flag"),), x=X)
+        proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
+                     "--out", str(folder / "report"))
+        assert proc.returncode == code, proc.stderr[-2000:]
+        if not seed:
+            assert proc.stderr.strip() == (
+                f"kit: error: {model}: other (RandomNormalLike), noise (RandomNormalLike) draw "
+                "random numbers without a seed, so two runs of one release already differ and "
+                "a difference between releases says nothing; set the seed attribute to audit "
+                "the model")
+            assert not (folder / "report").exists()
+    dropout = [h.make_node("Dropout", ["x", "", "train"], ["y"], name="drop")]
+    for train, found in ((False, []), (True, ["drop (Dropout)"])):
+        graph = h.make_graph(dropout, "g", [_x(["N", 6])],
+                             [h.make_tensor_value_info("y", T.FLOAT, ["N", 6])],
+                             [nh.from_array(np.array(train), "train")])
+        assert unseeded_random(graph) == found

@@ -109,3 +109,52 @@ def test_an_audit_killed_while_both_releases_run_leaves_no_worker(tmp_path: Path
                            check=False)
     assert again.returncode == 1, again.stderr[-2000:]  # the case's defect: beyond
     assert json.loads((out / "audit.json").read_text())["verdict"] == "beyond clean drift"
+
+
+def _long_loop(path: Path) -> None:
+    """A model that runs until stopped: a Loop of 10**12 iterations adding 1."""
+    from onnx import TensorProto, helper
+
+    body = helper.make_graph(
+        [helper.make_node("Add", ["v", "one"], ["v_out"]),
+         helper.make_node("Identity", ["cond"], ["cond_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", TensorProto.FLOAT, None)],
+        [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "", "x"], ["y"], body=body)], "long",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor("trips", TensorProto.INT64, [], [10**12])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(path))
+
+
+def test_an_audit_stopped_by_ctrl_c_or_sigterm_ends_in_one_line_and_leaves_nothing(
+        tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) and ``kill``/``timeout`` (SIGTERM) while the workers run: one line
+    naming the stop, the shell's status (130, 143), no traceback, no worker left, and the
+    report folder it made removed with its staging folder."""
+    model, inputs = tmp_path / "long.onnx", tmp_path / "x.npz"
+    _long_loop(model)
+    np.savez(inputs, x=np.zeros((4, 4), np.float32))
+    for sent, status, word in ((signal.SIGINT, 130, "interrupted"),
+                               (signal.SIGTERM, 143, "terminated")):
+        out = tmp_path / f"out-{status}"
+        proc = subprocess.Popen([sys.executable, "-m", "kit", "audit", str(model), "--inputs",
+                                 str(inputs), "--from", "1.20.1", "--to", "1.29.0", "--out",
+                                 str(out)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 240
+        while not list(out.glob(".kit-staging.*/work/*.npz")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)  # the workers run the loop
+        proc.send_signal(sent)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == status, err[-2000:]
+        assert "Traceback" not in err
+        assert err.rstrip().splitlines()[-1] == f"kit: audit {word}"
+        assert not out.exists(), status  # the folder it made, with its staging, removed
+        assert live_writers(tmp_path, 1.5) == [], status

@@ -58,6 +58,7 @@ from kit.audit.model import (
     parse_cell,
     probe,
     sliced,
+    unseeded_random,
     widen,
 )
 from kit.audit.oracle import judge_sides, spec_shapes, which_shape
@@ -93,6 +94,12 @@ def run_command(args: argparse.Namespace) -> int:
                        "for the static screen alone)")
     arrays = None if args.inputs is None else \
         check_inputs(model, args.inputs, protocol["inputs"]["minimum"])
+    drawn = unseeded_random(model.graph) if arrays is not None else []
+    if drawn:
+        raise KitError(f"{args.model}: {', '.join(drawn[:3])}{' and more' if drawn[3:] else ''}"
+                       f" draw{'s' if len(drawn) == 1 else ''} random numbers without a seed, "
+                       "so two runs of one release already differ and a difference between "
+                       "releases says nothing; set the seed attribute to audit the model")
     out = args.out or ROOT / "runs" / "audit" / args.model.stem
     external_files(args.model)  # checked before anything runs
     known = screen(model, sides, protocol)

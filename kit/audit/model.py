@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from kit.errors import ConfigError, FileFormatError
 from kit.files import load_npz, read_yaml, write_atomic
@@ -194,6 +194,35 @@ def check_inputs(model: onnx.ModelProto, path: Path, minimum: int
         raise FileFormatError(f"{path}: the model fixes its first axis at {fixed}, so the "
                               f"rows ({min(counts)}) must come in whole runs of {fixed}")
     return arrays
+
+
+# Operators that draw random numbers, each unless its ``seed`` attribute is set (Dropout
+# only in training mode): two runs of one release differ, so a difference between releases
+# says nothing about either.
+RANDOM_OPS = ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
+              "Multinomial", "Bernoulli", "Dropout")
+
+
+def unseeded_random(graph: onnx.GraphProto) -> list[str]:
+    """Every node of ``graph`` and its subgraphs (Loop, If, Scan bodies) that draws without
+    a seed, named with its operator."""
+    constant = {i.name: i for i in graph.initializer} | {
+        n.output[0]: n.attribute[0].t for n in graph.node
+        if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+    found = []
+    for node in graph.node:
+        seeded = any(a.name == "seed" for a in node.attribute)
+        if node.domain in ("", "ai.onnx") and node.op_type in RANDOM_OPS and not seeded:
+            mode = node.input[2] if node.op_type == "Dropout" and len(node.input) > 2 else ""
+            training = node.op_type != "Dropout" or (
+                bool(mode) and (mode not in constant
+                                or bool(numpy_helper.to_array(constant[mode]).any())))
+            if training:
+                found.append(f"{node.name or node.output[0]} ({node.op_type})")
+        for attribute in node.attribute:
+            for sub in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                found += unseeded_random(sub)
+    return found
 
 
 def input_count(arrays: dict[str, np.ndarray[Any, Any]]) -> int:
