@@ -68,11 +68,15 @@ class ImageError(KitError):
 
 
 class WorkerFailed(KitError):
-    """The worker exited non-zero; ``stderr`` holds what it said."""
+    """The worker exited non-zero or refused a job; ``stderr`` holds what it said,
+    ``reason`` its own one line ``FILE: WHAT`` (the file as the job named it) where it gave
+    one, ``release`` the onnxruntime release it ran. A command that staged the files the
+    job names (``kit run``, ``kit audit``) names the user's files from these."""
 
-    def __init__(self, message: str, stderr: str = "") -> None:
+    def __init__(self, message: str, stderr: str = "", reason: str | None = None,
+                 release: str | None = None) -> None:
         super().__init__(message)
-        self.stderr = stderr
+        self.stderr, self.reason, self.release = stderr, reason, release
 
 
 class FileFormatError(KitError):
@@ -94,6 +98,12 @@ class InputRefused(KitError):
     """A file handed to ``kit run`` is refused at the boundary: unreadable, a model whose
     external data leaves its folder, or an output path that is a folder, lies under a
     file, or would overwrite the model or the inputs."""
+
+
+def first_line(text: str) -> str:
+    """The first line of a lower-level error's message that says something, its runs of
+    white space as one space (a ``kit: error`` is one line)."""
+    return next((" ".join(line.split()) for line in text.splitlines() if line.strip()), "")
 
 
 def missing_module(exc: ModuleNotFoundError, command: str) -> str:

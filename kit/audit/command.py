@@ -12,7 +12,8 @@ clean drift, where first, and does a known defect touch it.
    cells run in one worker process for the whole audit (``kit.runtime.serve``; the record's
    ``worker_processes``, null on docker or a Dask scheduler, which start one worker per
    batch), with no cluster to start; each cell's outputs stacked back in input order or
-   compared whole (``kit.audit.cells``).
+   compared whole (``kit.audit.cells``). A worker's refusal is named as the user knows
+   the files: the model or the inputs file, and the release (``kit.audit.failures``).
 4. Per output: largest absolute and relative difference, bit-identical share, argmax
    flips, Polygraphy's default verdict, the calibrated verdict (``kit.audit.calibrate``);
    only when the verdict is beyond clean drift, which side onnx's reference
@@ -46,6 +47,7 @@ from kit.audit.cells import (
     run_cells,
     write_inputs,
 )
+from kit.audit.failures import named
 from kit.audit.model import (
     Cell,
     carry_external,
@@ -64,7 +66,7 @@ from kit.audit.model import (
 from kit.audit.oracle import judge_sides, spec_shapes, which_shape
 from kit.audit.report import write_report
 from kit.audit.screen import screen
-from kit.errors import KitError
+from kit.errors import KitError, WorkerFailed
 from kit.files import write_atomic
 from kit.owned import publish, staged
 from kit.paths import ROOT
@@ -161,21 +163,24 @@ def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     work.mkdir()
     os.chmod(out, SHARED_FOLDER)  # the docker worker reads them as the image's own user
     os.chmod(work, SHARED_FOLDER)
+    feeds = write_inputs(work, arrays, fixed_batch(model))
     with Workers(args.backend, args.scheduler, args.workers, say) as pool:
-        found = _measure(model, arrays, sides, protocol, work, args, pool)
+        try:
+            found = _measure(model, arrays, sides, protocol, work, feeds, args, pool)
+        except WorkerFailed as exc:  # it names the staged files: name the user's
+            raise named(exc, work, args.model, args.inputs, feeds) from exc
     # per release on the serving venv backend; null where workers start per batch
     return {**found, "worker_processes": dict(sorted(pool.started.items()))
             if pool.serving else None}
 
 
 def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
-             protocol: dict[str, Any], work: Path, args: argparse.Namespace,
-             pool: Workers) -> dict[str, Any]:
+             protocol: dict[str, Any], work: Path, feeds: list[tuple[str, int]],
+             args: argparse.Namespace, pool: Workers) -> dict[str, Any]:
     plain_copy, compared_as = widen(model)  # a type numpy lacks, cast exactly
     write_atomic(work / GRAPHS["plain"], plain_copy.SerializeToString(), SHARED_FILE)
     external = external_files(args.model)
     carry_external(external, work)
-    feeds = write_inputs(work, arrays, fixed_batch(model))
     outputs, whole, partners, cells = run_plain(sides, protocol, work, feeds, args, pool)
     n = input_count(arrays)
     n_cal = calibration_count(n, protocol)

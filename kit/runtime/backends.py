@@ -260,5 +260,5 @@ def run_jobs(runtime: Runtime, jobs: Sequence[dict[str, Any]], in_root: Path,
     if code != 0:
         reason = worker_error(stderr) or "\n".join(stderr.strip().splitlines()[-15:])
         raise WorkerFailed(f"{runtime.name} worker ({chosen}) under {in_root}: {reason}",
-                           stderr)
+                           stderr, worker_error(stderr), runtime.onnxruntime)
     return [out_root / job["output"] for job in full]

@@ -16,7 +16,8 @@ leaves the ``with`` block: Linux delivers ``kit.procs``' death signal when the t
 started a child ends, and that thread outlives every worker. A worker's stderr is read by
 a thread of its own (progress lines go on to ``progress``, the rest is kept for an error).
 An answer ``{"error": ...}`` or a worker that ends before it answers is a ``WorkerFailed``
-naming the worker's file; leaving the block on an error kills the workers at once, else
+naming the worker's file (with the worker's own ``FILE: WHAT`` and its release, from which
+the audit names the user's files); leaving the block on an error kills the workers at once, else
 each ends at the end of its input.
 
 The ``docker`` backend and a Dask scheduler run the batches as ``kit.runtime.scale`` does
@@ -54,7 +55,7 @@ class _Worker:
                  progress: Callable[[str], None]) -> None:
         from kit.runtime.venvs import ensure_runtime
 
-        self.name, self.label = runtime.name, label
+        self.name, self.label, self.release = runtime.name, label, runtime.onnxruntime
         cmd = [str(ensure_runtime(runtime.name)), "-I", str(WORKER), "--serve",
                "--in-root", str(in_root), "--out-root", str(out_root)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -89,11 +90,12 @@ class _Worker:
             said = "".join(self.said)
             reason = worker_error(said) or "\n".join(said.strip().splitlines()[-15:])
             raise WorkerFailed(f"{self.name} worker (venv, serving) under {where} ended "
-                               f"with status {self.proc.returncode}: {reason}", said)
+                               f"with status {self.proc.returncode}: {reason}", said,
+                               worker_error(said), self.release)
         found: dict[str, Any] = json.loads(line)
         if "error" in found:
             raise WorkerFailed(f"{self.name} worker (venv) under {where}: {found['error']}",
-                               "".join(self.said))
+                               "".join(self.said), found["error"], self.release)
         return int(found["wrote"])
 
     def close(self, kill: bool) -> None:

@@ -91,6 +91,15 @@ def test_docker_refusal_names_the_file_and_leaves_nothing(workdir: Path) -> None
     assert [p for p in out.rglob("*") if p.is_file()] == []
 
 
+def test_a_venv_refusal_carries_the_workers_own_line_and_release(workdir: Path) -> None:
+    """What ``kit audit`` names the user's files from, as the serving worker gives it."""
+    with pytest.raises(WorkerFailed, match=r"missing\.onnx: model not found") as failed:
+        run_jobs(get_runtime("ref"), [job(model="missing.onnx")], workdir / "in",
+                 workdir / "out", "venv")
+    assert failed.value.reason == "missing.onnx: model not found"
+    assert failed.value.release == get_runtime("ref").onnxruntime
+
+
 def test_a_container_writes_into_a_folder_of_its_own_and_only_outputs_come_out(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The docker backend mounts a private folder, not the output folder; what the

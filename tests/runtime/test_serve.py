@@ -1,7 +1,8 @@
 """One worker process per runtime for every round of a command (kit.runtime.serve, the
 worker's ``--serve``): the bytes of a ``--jobs`` run, one process however many rounds,
-a failing jobs file named while the worker serves on, a worker that dies named, and no
-worker left once the block ends. (The audit's count per release: tests/test_audit.py.)"""
+a failing jobs file named (with the worker's own line and its release) while the worker
+serves on, a worker that dies named, and no worker left once the block ends. (The audit's
+count per release: tests/test_audit.py.)"""
 
 from __future__ import annotations
 
@@ -47,8 +48,11 @@ def test_rounds_share_one_process_per_runtime_and_give_the_bytes_of_a_jobs_run(
 
 def test_a_failing_jobs_file_is_named_and_the_worker_serves_on(workdir: Path) -> None:
     with Workers("venv", None, 1) as pool:
-        with pytest.raises(WorkerFailed, match=r"missing\.onnx: model not found"):
+        with pytest.raises(WorkerFailed, match=r"missing\.onnx: model not found") as failed:
             pool.run([_batch(job(model="missing.onnx"))], workdir / "in", workdir / "out")
+        # the worker's own line and release, from which the audit names the user's files
+        assert failed.value.reason == "missing.onnx: model not found"
+        assert failed.value.release == get_runtime("cand").onnxruntime
         pool.run([_batch(job(output="after.npz"))], workdir / "in", workdir / "out")
         assert pool.started == {"cand": 1}
     assert (workdir / "out" / "after.npz").is_file()
