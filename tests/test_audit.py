@@ -242,6 +242,8 @@ def test_the_screen_reads_chains_attributes_and_levels() -> None:
 
 @pytest.mark.parametrize(("make", "says"), [
     ("not-onnx", "not an ONNX model onnx can load"),
+    ("unknown-op", "not an ONNX model onnx can load and check (ValidationError: No Op "
+                   "registered for Frobnicate with domain_version of 13)"),
     ("wrong-name", "the model's inputs are ['x']"),
     ("wrong-dtype", "input 'x' is float64, the model takes float32"),
     ("wrong-shape", "input 'x' has shape [8, 2, 4, 5]"),
@@ -264,6 +266,10 @@ def test_bad_input_is_a_clear_error_before_anything_runs(make: str, says: str,
     cells = ["--from", PAIR[0], "--to", PAIR[1]]
     if make == "not-onnx":
         model.write_bytes(b"not a model")
+    elif make == "unknown-op":  # onnx's checker says so in three lines
+        graph = onnx.load(str(model))
+        graph.graph.node[-1].op_type = "Frobnicate"
+        onnx.save(graph, str(model))
     elif make == "wrong-name":
         np.savez(inputs, z=x)
     elif make == "wrong-dtype":
@@ -289,6 +295,7 @@ def test_bad_input_is_a_clear_error_before_anything_runs(make: str, says: str,
     assert "jobs of the plain graph" not in proc.stderr  # no worker started
     [line] = [x for x in proc.stderr.splitlines() if x.startswith("kit: error: ")]
     assert says in line
+    assert proc.stderr.rstrip("\n").splitlines()[-1] == line  # one line, the last
     assert not out.exists()
 
 

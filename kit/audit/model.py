@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from kit.errors import ConfigError, FileFormatError
+from kit.errors import ConfigError, FileFormatError, first_line
 from kit.files import load_npz, read_yaml, write_atomic
 from kit.runtime.scratch import SHARED_FILE, SHARED_FOLDER
 
@@ -104,15 +104,18 @@ def parse_cell(text: str, option: str, protocol: dict[str, Any]) -> Cell:
 
 
 def load_model(path: Path) -> onnx.ModelProto:
-    """The model, parsed and checked by onnx; a FileFormatError naming the file otherwise."""
+    """The model, parsed and checked by onnx; a FileFormatError naming the file otherwise,
+    in one line (the first line onnx gives)."""
     if not path.is_file():
         raise FileFormatError(f"{path}: no such model file")
     try:
         model = onnx.load(str(path), load_external_data=False)
         onnx.checker.check_model(str(path))  # by path: external data beside the model
     except Exception as exc:  # onnx raises DecodeError, ValidationError, ValueError...
+        said = first_line(str(exc))  # the checker's own lines follow (==> Context: ...)
+        said = said if len(said) <= 300 else said[:299] + "…"
         raise FileFormatError(f"{path}: not an ONNX model onnx can load and check "
-                              f"({type(exc).__name__}: {str(exc)[:200]})") from None
+                              f"({type(exc).__name__}: {said})") from None
     return model
 
 
