@@ -258,6 +258,12 @@ def test_the_screen_reads_chains_attributes_and_levels() -> None:
                      "1.22.1; bisect at a level each offers (disable_all, enable_basic, "
                      "enable_extended, enable_all)"),
     ("same-cell", "the same cell"),
+    ("no-inputs", "pad-avgpool-fusion.onnx: --inputs X.npz is needed to run the model (one "
+                  "array per graph input: x)"),
+    ("bfloat16", "x.npz: the model's input 'x' is bfloat16, which an .npz cannot hold "
+                 "(numpy has no bfloat16 dtype"),
+    ("float8e4m3fn", "x.npz: the model's input 'x' is float8e4m3fn, which an .npz cannot "
+                     "hold (numpy has no float8e4m3fn dtype"),
 ])
 def test_bad_input_is_a_clear_error_before_anything_runs(make: str, says: str,
                                                          tmp_path: Path) -> None:
@@ -286,10 +292,22 @@ def test_bad_input_is_a_clear_error_before_anything_runs(make: str, says: str,
         cells = ["--from", f"{PAIR[0]}/enable_layout", "--to", PAIR[1]]
     elif make == "bisect-level":  # 1.29.0 offers it, the releases a bisection visits not all
         cells = ["--from", PAIR[0], "--to", f"{PAIR[1]}/enable_layout", "--bisect"]
-    else:
+    elif make in ("bfloat16", "float8e4m3fn"):  # given as ml_dtypes saves them (raw bytes)
+        import ml_dtypes
+
+        elem = getattr(onnx.TensorProto, make.upper())
+        onnx.save(onnx.helper.make_model(onnx.helper.make_graph(
+            [onnx.helper.make_node("Cast", ["x"], ["y"], to=onnx.TensorProto.FLOAT)], "g",
+            [onnx.helper.make_tensor_value_info("x", elem, ["N", 4])],
+            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4])]),
+            opset_imports=[onnx.helper.make_opsetid("", 21)], ir_version=10), str(model))
+        inputs = inputs.with_name("x.npz")
+        np.savez(inputs, x=np.ones((8, 4), getattr(ml_dtypes, make.replace("8e4", "8_e4"))))
+    elif make == "same-cell":
         cells = ["--from", PAIR[1], "--to", PAIR[1]]
+    given = [] if make == "no-inputs" else ["--inputs", str(inputs)]
     out = tmp_path / "report"
-    proc = audit(str(model), "--inputs", str(inputs), *cells, "--out", str(out))
+    proc = audit(str(model), *given, *cells, "--out", str(out))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert "jobs of the plain graph" not in proc.stderr  # no worker started

@@ -54,6 +54,7 @@ from kit.audit.model import (
     check_inputs,
     external_files,
     fixed_batch,
+    graph_inputs,
     input_count,
     load_model,
     load_protocol,
@@ -92,8 +93,9 @@ def run_command(args: argparse.Namespace) -> int:
     check_release_pair(sides, getattr(args, "bisect", False))
     model = load_model(args.model)
     if args.inputs is None and not args.screen_only:
-        raise KitError("audit: --inputs X.npz is needed to run the model (or --screen-only "
-                       "for the static screen alone)")
+        raise KitError(f"{args.model}: --inputs X.npz is needed to run the model (one array "
+                       f"per graph input: {', '.join(graph_inputs(model)) or 'none'}), or "
+                       "--screen-only for the static screen alone")
     arrays = None if args.inputs is None else \
         check_inputs(model, args.inputs, protocol["inputs"]["minimum"])
     drawn = unseeded_random(model.graph) if arrays is not None else []

@@ -160,9 +160,20 @@ def graph_inputs(model: onnx.ModelProto) -> dict[str, tuple[int, list[int | str]
 def check_inputs(model: onnx.ModelProto, path: Path, minimum: int
                  ) -> dict[str, np.ndarray[Any, Any]]:
     """The inputs file's arrays when they are exactly the model's inputs; a FileFormatError
-    naming the file and the input otherwise."""
-    arrays = load_npz(path)
+    naming the file and the input otherwise, before the file is read where the model takes
+    an input no .npz can hold (a type numpy lacks, ``WIDENED``, or no tensor at all)."""
     wanted = graph_inputs(model)
+    for name, (elem, _) in wanted.items():
+        if elem == T.UNDEFINED:
+            raise FileFormatError(f"{path}: the model's input {name!r} is no tensor (a "
+                                  "sequence, a map or an optional), which an .npz cannot hold")
+        if elem in WIDENED:
+            narrow, wide = (T.DataType.Name(t).lower() for t in (elem, WIDENED[elem]))
+            raise FileFormatError(f"{path}: the model's input {name!r} is {narrow}, which an "
+                                  f".npz cannot hold (numpy has no {narrow} dtype: an .npy "
+                                  f"file keeps such an array as raw bytes); give the model a "
+                                  f"{wide} input and cast it to {narrow} in the graph")
+    arrays = load_npz(path)
     if set(arrays) != set(wanted):
         raise FileFormatError(f"{path}: holds {sorted(arrays)}, the model's inputs are "
                               f"{sorted(wanted)}")

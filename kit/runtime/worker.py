@@ -606,7 +606,11 @@ def _run_batched(session: Any, arrays: dict[str, Array], n: int,
 def storable(value: Any, name: str, shown: str) -> Array:
     """One output as a .npy array stores it without a pickle: a tensor as it is, a string
     tensor (onnxruntime gives an array of Python ``str``) as fixed-width text, a sequence
-    of tensors stacked; a map or a ragged sequence is a JobError naming the output."""
+    of tensors stacked; a map, a ragged sequence or an empty optional (onnxruntime gives
+    None) is a JobError naming the output."""
+    if value is None:
+        raise JobError(shown, f"graph output {name!r} is an empty optional (it holds no value "
+                              "on this run); the worker stores tensors only")
     try:
         array = np.asarray(value)
     except ValueError as exc:  # a sequence of tensors of other shapes

@@ -55,7 +55,8 @@ def test_npz_bytes_depend_only_on_arrays(tmp_path: Path) -> None:
 def test_a_scalar_stays_a_scalar_and_text_is_stored_without_a_pickle(tmp_path: Path) -> None:
     """A rank-0 output or input keeps its shape through the .npz (``np.ascontiguousarray``
     would give it one axis); a string tensor, which onnxruntime gives as Python ``str``
-    objects, is stored as fixed-width text; a map is refused by name, never pickled."""
+    objects, is stored as fixed-width text; a map is refused by name, never pickled, and so
+    is an empty optional, as what it is."""
     write_npz(tmp_path / "s.npz", {"s": np.float32(2.0) * np.ones((), np.float32)})
     assert read_npz(tmp_path / "s.npz")["s"].shape == ()
     text = worker.storable(np.array([["a", "bc"]], dtype=object), "label", "job")
@@ -68,6 +69,10 @@ def test_a_scalar_stays_a_scalar_and_text_is_stored_without_a_pickle(tmp_path: P
         worker.storable([{0: 0.5}, {0: 0.25}], "probs", "job")
     with pytest.raises(worker.JobError, match="'seq' is a sequence of tensors of other shapes"):
         worker.storable([np.zeros(2), np.zeros(3)], "seq", "job")
+    # onnxruntime gives an optional output that holds nothing as None (1.20.1 and 1.29.0)
+    with pytest.raises(worker.JobError, match=r"^job: graph output 'o' is an empty optional "
+                                              r"\(it holds no value on this run\)"):
+        worker.storable(None, "o", "job")
 
 
 def test_write_atomic_leaves_nothing_when_interrupted(tmp_path: Path,
