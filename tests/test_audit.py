@@ -548,6 +548,26 @@ def test_a_shape_or_dtype_a_release_changes_is_a_finding_naming_both() -> None:
     assert moving["reshaped"] == found.reshaped
 
 
+def test_the_largest_relative_difference_leaves_out_a_zero_reference() -> None:
+    """A relative difference where the ``from`` side is 0 is no number (it was the other
+    side over the smallest float64, 4.49e+307 for a 1): the largest is over the elements
+    where ``from`` is not 0, and where it is 0 at every element there is none, and the
+    record says why (the replay's arrays take the same rule)."""
+    from kit.audit.calibrate import describe
+    from kit.drift.replay import largest_relative
+
+    a = np.array([[0.0, 2.0], [0.0, 4.0]], np.float32)
+    b = np.array([[1.0, 3.0], [0.0, 4.0]], np.float32)
+    found = describe(a, b, "y")
+    assert (found["max_abs"], found["max_rel"]) == (1.0, 0.5)
+    assert "max_rel_none" not in found
+    assert describe(a, a, "y")["max_rel"] == 0.0
+    zero = describe(np.zeros((2, 2), np.float32), np.ones((2, 2), np.float32), "y")
+    assert (zero["max_abs"], zero["max_rel"]) == (1.0, None)
+    assert zero["max_rel_none"].startswith("the from side is 0 at every element")
+    assert largest_relative([1.0, 2.0, 3.0], [0.0, np.nan, -4.0]) == 0.75
+
+
 def test_nox_passes_the_audits_exit_status_through(tmp_path: Path) -> None:
     """0, 1 and 2 stay apart through ``nox -s audit`` (a failed session would make both
     1 and 2 read 1)."""

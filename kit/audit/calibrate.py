@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.tolerance import TINY
+from kit.drift.replay import largest_relative
 
 Array = np.ndarray[Any, Any]
 Outputs = dict[str, Array]  # output name -> (inputs, ...) array
@@ -190,9 +190,15 @@ def first_moving(calibrations: dict[str, Calibration], exposed: list[dict[str, s
     return None
 
 
+ZERO_REFERENCE = "the from side is 0 at every element, and a difference from 0 has no " \
+    "relative size"
+
+
 def describe(a: Array, b: Array, name: str) -> dict[str, Any]:
-    """The plain measures of one output: largest absolute and relative difference, argmax
-    flips, Polygraphy's default verdict per input; none of them for two arrays of other
+    """The plain measures of one output: largest absolute difference, largest relative
+    difference over the elements where the ``from`` side is not 0 (``largest_relative``;
+    none, and why, where it is 0 at every element), argmax flips, Polygraphy's default
+    verdict per input; none of them for two arrays of other
     shapes or dtypes, which fail every input (``reshaped``), and no difference for a
     string output, which is compared exactly (Polygraphy's comparison subtracts, so it
     cannot compare text)."""
@@ -205,10 +211,10 @@ def describe(a: Array, b: Array, name: str) -> dict[str, Any]:
         return {"max_abs": None, "max_rel": None, "flips": None, "polygraphy_fails": None,
                 "polygraphy_verdict": "cannot compare text"}
     diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
-    rel = diff / np.maximum(np.abs(np.asarray(a, np.float64)), TINY)
+    rel = largest_relative(diff, a)
     fails = polygraphy_fails(np.asarray(a, np.float32), np.asarray(b, np.float32), name)
-    return {"max_abs": float(np.nanmax(diff, initial=0.0)),
-            "max_rel": float(np.nanmax(np.where(diff == 0, 0, rel), initial=0.0)),
+    return {"max_abs": float(np.nanmax(diff, initial=0.0)), "max_rel": rel,
+            **({} if rel is not None else {"max_rel_none": ZERO_REFERENCE}),
             "flips": flips(np.asarray(a), np.asarray(b)),
             "polygraphy_fails": int(fails.sum()), "polygraphy_verdict":
                 "fails" if fails.any() else "passes"}

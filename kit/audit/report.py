@@ -22,10 +22,12 @@ def _measured(record: dict[str, Any]) -> list[Any]:
     sections = []
     pairs = record.get("clean_pairs", [])
     sections.append(PageTable(
-        "Outputs", ["output", "max abs", "max rel", "bit-identical", "flips", "Polygraphy",
+        "Outputs", ["output", "max abs", "max rel (where from is not 0)", "bit-identical",
+                    "flips", "Polygraphy",
                     "tau", "audited alarm share", "unstable clean pairs"],
         [[n + (f" ({r['compared_as']})" if r.get("compared_as") else ""), _g(r["max_abs"]),
-          _g(r["max_rel"]), f"{r['identical_share']:.0%}",
+          "none: from is 0 everywhere" if r.get("max_rel_none") else _g(r["max_rel"]),
+          f"{r['identical_share']:.0%}",
           str(r["flips"]), r["polygraphy_verdict"] + ("" if r["polygraphy_fails"] is None
                                      else f" ({r['polygraphy_fails']})"),
           _g(r["tau"]), f"{r['audited_rate']:.0%}",
