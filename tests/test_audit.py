@@ -568,6 +568,27 @@ def test_the_largest_relative_difference_leaves_out_a_zero_reference() -> None:
     assert largest_relative([1.0, 2.0, 3.0], [0.0, np.nan, -4.0]) == 0.75
 
 
+def test_polygraphy_judges_the_arrays_the_audit_judges_and_its_nan_rule_is_said() -> None:
+    """Polygraphy is handed each output in its own dtype, not cast to float32: a float64
+    output past float32's range, the same on both sides, became inf - inf = NaN and failed.
+    Where it fails inputs the two sides give identically (NaN, infinities: its comparison
+    fails a NaN difference), that is its verdict, and the record says why."""
+    from kit.audit.calibrate import describe
+
+    big = np.full((2, 3), 1e39)
+    found = describe(big, big.copy(), "y")
+    assert (found["polygraphy_verdict"], found["polygraphy_fails"]) == ("passes", 0)
+    moved = big.copy()
+    moved[1] *= 1 + 1e-3
+    found = describe(big, moved, "y")
+    assert (found["polygraphy_fails"], "polygraphy_note" in found) == (1, False)
+    odd = np.array([[np.nan, 1.0], [np.inf, 2.0], [1.0, 2.0]], np.float32)
+    found = describe(odd, odd.copy(), "y")
+    assert (found["polygraphy_verdict"], found["polygraphy_fails"]) == ("fails", 2)
+    assert found["polygraphy_note"].startswith("2 of them identical on both sides, holding "
+                                               "NaN or an infinity")
+
+
 def test_nox_passes_the_audits_exit_status_through(tmp_path: Path) -> None:
     """0, 1 and 2 stay apart through ``nox -s audit`` (a failed session would make both
     1 and 2 read 1)."""

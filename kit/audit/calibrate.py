@@ -194,11 +194,17 @@ ZERO_REFERENCE = "the from side is 0 at every element, and a difference from 0 h
     "relative size"
 
 
+NAN_FAILS = ("{} of them identical on both sides, holding NaN or an infinity: Polygraphy's "
+             "comparison fails an element whose difference is NaN (NaN - NaN, inf - inf)")
+
+
 def describe(a: Array, b: Array, name: str) -> dict[str, Any]:
     """The plain measures of one output: largest absolute difference, largest relative
     difference over the elements where the ``from`` side is not 0 (``largest_relative``;
     none, and why, where it is 0 at every element), argmax flips, Polygraphy's default
-    verdict per input; none of them for two arrays of other
+    verdict per input on the arrays in their own dtype (integers and float64 as they are,
+    not cast to float32), and where it fails inputs the two sides give identically (NaN or
+    infinities), why (``polygraphy_note``); none of them for two arrays of other
     shapes or dtypes, which fail every input (``reshaped``), and no difference for a
     string output, which is compared exactly (Polygraphy's comparison subtracts, so it
     cannot compare text)."""
@@ -210,11 +216,16 @@ def describe(a: Array, b: Array, name: str) -> dict[str, Any]:
     if text(a):
         return {"max_abs": None, "max_rel": None, "flips": None, "polygraphy_fails": None,
                 "polygraphy_verdict": "cannot compare text"}
-    diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+    a, b = np.asarray(a), np.asarray(b)
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, left out as NaN - NaN is
+        diff = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
     rel = largest_relative(diff, a)
-    fails = polygraphy_fails(np.asarray(a, np.float32), np.asarray(b, np.float32), name)
+    fails = polygraphy_fails(a, b, name)  # in their own dtype, as the audit judges them
+    equal = np.array([np.array_equal(x, y, equal_nan=numeric(a)) for x, y in zip(
+        a.reshape(len(a), -1), b.reshape(len(b), -1), strict=True)], bool)
+    own = int((fails & equal).sum())  # Polygraphy's own verdict on equal NaN or infinities
     return {"max_abs": float(np.nanmax(diff, initial=0.0)), "max_rel": rel,
             **({} if rel is not None else {"max_rel_none": ZERO_REFERENCE}),
-            "flips": flips(np.asarray(a), np.asarray(b)),
-            "polygraphy_fails": int(fails.sum()), "polygraphy_verdict":
-                "fails" if fails.any() else "passes"}
+            "flips": flips(a, b), "polygraphy_fails": int(fails.sum()),
+            "polygraphy_verdict": "fails" if fails.any() else "passes",
+            **({"polygraphy_note": NAN_FAILS.format(own)} if own else {})}

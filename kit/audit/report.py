@@ -29,7 +29,9 @@ def _measured(record: dict[str, Any]) -> list[Any]:
           "none: from is 0 everywhere" if r.get("max_rel_none") else _g(r["max_rel"]),
           f"{r['identical_share']:.0%}",
           str(r["flips"]), r["polygraphy_verdict"] + ("" if r["polygraphy_fails"] is None
-                                     else f" ({r['polygraphy_fails']})"),
+                                     else f" ({r['polygraphy_fails']}"
+                                     + (f"; {r['polygraphy_note']})" if r.get("polygraphy_note")
+                                        else ")")),
           _g(r["tau"]), f"{r['audited_rate']:.0%}",
           "; ".join(pairs[i] for i in r["unstable"]) or "none"]
          for n, r in record["outputs"].items()], note=record["why"]))
