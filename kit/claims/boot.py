@@ -50,9 +50,18 @@ def add_site_folders() -> None:
                     sys.path.append(str(named))
 
 
+def set_path(package: Path) -> None:
+    """The site folders (``add_site_folders``), then the folder holding ``package`` last,
+    behind the standard library and the site folders: the processes this one spawns
+    (Dask's workers, multiprocessing's) import the same kit from it, where no ``.pth``
+    finder of an editable install runs."""
+    add_site_folders()
+    sys.path.append(str(package.parent))
+
+
 def main() -> None:
     package = Path(__file__).resolve().parents[1]
-    add_site_folders()
+    set_path(package)
     spec = importlib.util.spec_from_file_location(
         "kit", package / "__init__.py", submodule_search_locations=[str(package)])
     if spec is None or spec.loader is None:

@@ -52,7 +52,7 @@ class SciEvidence:
             found = RECOUNTS[name](record) if name in RECOUNTS else []
             if name == "unified.json":  # its MGN entries copy mgn_faults.json's trials
                 found += recompute_catalogue.recount_unified(record, self.json("mgn_faults.json"))
-            if name == "mgn_faults.json" and not found:  # its frames are mgn.json's
+            if name == "mgn_faults.json" and not found and (self.root / "mgn.json").is_file():
                 found += recompute_faults.eval_frames(record, self.json("mgn.json"))
             if found:
                 raise RecountError(f"{path}: {found[0]}"

@@ -231,3 +231,37 @@ def test_the_second_start_typed_by_hand_answers(tmp_path: Path) -> None:
                           env=_clean_env(), check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stdout.rstrip().splitlines()[-1].endswith("; OK")
+
+
+SPAWNED = """
+import multiprocessing, runpy, sys
+from pathlib import Path
+
+def where(name):
+    import importlib
+    return importlib.import_module(name).__file__
+
+if __name__ == "__main__":
+    boot = runpy.run_path(sys.argv[1], run_name="kit_boot")
+    boot["set_path"](Path(sys.argv[1]).resolve().parents[1])
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        print(pool.apply(where, ("kit.files",)), pool.apply(where, ("numpy",)))
+"""
+
+
+def test_a_process_the_second_start_spawns_imports_the_same_kit(tmp_path: Path) -> None:
+    """Under ``-S`` no editable-install finder runs, so a process the second start spawns
+    (a Dask worker of ``verify --replay``, which waited for ever when it could not import
+    the kit) finds the kit through the folder ``kit.claims.boot.set_path`` puts last on the
+    path, and the libraries through the site folders."""
+    from kit.claims.isolation import BOOT, FLAGS
+
+    script = tmp_path / "spawn.py"
+    script.write_text(SPAWNED)
+    proc = subprocess.run([sys.executable, *FLAGS, str(script), str(BOOT)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=_clean_env(),
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    kit_file, numpy_file = proc.stdout.split()
+    assert kit_file == str(ROOT / "kit" / "files.py")
+    assert "site-packages" in numpy_file
