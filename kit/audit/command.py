@@ -3,8 +3,9 @@ RELEASE[/LEVEL]`` (``nox -s audit``): does the move change the model's outputs b
 clean drift, where first, and does a known defect touch it.
 
 1. Check everything first (``kit.audit.model``): the model, the inputs against its inputs,
-   both cells against the kit's releases and levels. A bad one is a ``kit: error`` before
-   any environment is built.
+   no node drawing random numbers without a seed (``unseeded_random``: two runs of one
+   release already differ), both cells against the kit's releases and levels. A bad one
+   is a ``kit: error`` before any environment is built.
 2. The static screen (``kit.audit.screen``), no runtime.
 3. One job per cell and run of inputs in the kit's worker, under each release's
    hash-locked environment, on any backend (venv, docker, Dask): the two audited cells
