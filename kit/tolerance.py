@@ -233,6 +233,23 @@ def relative_difference(a: float, b: float) -> float:
     return abs(a - b) / max(abs(a), abs(b), TINY)
 
 
+def largest_relative(moved: Any, reference: Any) -> float | None:
+    """The largest relative difference, ``moved / |reference|``, over the elements whose
+    reference is not zero (a difference from a zero has no relative size: a quotient by
+    it, or by a floor standing in for it, is no number to print); None where every
+    reference is zero. The rule of the replay report's arrays (``kit.drift.replay``) and
+    the audit's outputs (``kit.audit.calibrate``), whose reference side is the first run's
+    or FROM's; a replay record's files use ``relative_difference``, between two values
+    neither of which is the reference."""
+    moved = np.asarray(moved, np.float64).reshape(-1)
+    scale = np.abs(np.asarray(reference, np.float64)).reshape(-1)
+    kept = scale > 0  # a NaN reference is left out too
+    if not kept.any():
+        return None
+    with np.errstate(invalid="ignore"):  # an infinite reference moved by an infinity
+        return float(np.nanmax(moved[kept] / scale[kept], initial=0.0))
+
+
 def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 

@@ -554,7 +554,7 @@ def test_the_largest_relative_difference_leaves_out_a_zero_reference() -> None:
     where ``from`` is not 0, and where it is 0 at every element there is none, and the
     record says why (the replay's arrays take the same rule)."""
     from kit.audit.calibrate import describe
-    from kit.drift.replay import largest_relative
+    from kit.tolerance import largest_relative
 
     a = np.array([[0.0, 2.0], [0.0, 4.0]], np.float32)
     b = np.array([[1.0, 3.0], [0.0, 4.0]], np.float32)

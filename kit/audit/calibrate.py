@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.drift.replay import largest_relative
+from kit.tolerance import largest_relative
 
 Array = np.ndarray[Any, Any]
 Outputs = dict[str, Array]  # output name -> (inputs, ...) array

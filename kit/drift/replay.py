@@ -58,6 +58,7 @@ from kit.runfolder import (
     inside,
     plain_name,
 )
+from kit.tolerance import largest_relative
 
 RERUN = "rerun that run (nox -s reproduce) or restore the folder"
 
@@ -91,20 +92,6 @@ def _npz_difference(a: Path, b: Path) -> dict[str, Any]:
             entry["max_rel"] = largest_relative(dx, x[unequal])
         found["arrays"].append(entry)
     return found
-
-
-def largest_relative(moved: Any, reference: Any) -> float | None:
-    """The largest relative difference, ``moved / |reference|``, over the elements whose
-    reference is not zero (a difference from a zero has no relative size: a quotient by
-    it, or by a floor standing in for it, is no number to print); None where every
-    reference is zero. The one rule of the replay's arrays and the audit's outputs."""
-    moved = np.asarray(moved, np.float64).reshape(-1)
-    scale = np.abs(np.asarray(reference, np.float64)).reshape(-1)
-    kept = scale > 0  # a NaN reference is left out too
-    if not kept.any():
-        return None
-    with np.errstate(invalid="ignore"):  # an infinite reference moved by an infinity
-        return float(np.nanmax(moved[kept] / scale[kept], initial=0.0))
 
 
 def _text_difference(a: Path, b: Path) -> dict[str, Any]:
