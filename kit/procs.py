@@ -63,7 +63,11 @@ class Stopped(KeyboardInterrupt):
 
 def stop_on_sigterm() -> None:
     """Turn SIGTERM into ``Stopped`` in this process (``python -m kit`` only: a library
-    user's handlers stay theirs)."""
+    user's handlers stay theirs). A SIGTERM the starter ignored stays ignored, as Python
+    leaves an ignored SIGINT (a shell's background job) ignored."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
+        return
+
     def stop(signum: int, frame: object) -> None:
         raise Stopped
 

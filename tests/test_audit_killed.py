@@ -133,6 +133,14 @@ def _long_loop(path: Path) -> None:
                                 ir_version=8), str(path))
 
 
+def _ctrl_c_reaches() -> None:
+    """In the audit's process, before it starts: SIGINT at its default. A shell without job
+    control (CI's) starts a background job with SIGINT ignored, every process under it
+    inherits that, and Python then leaves SIGINT ignored, as a command Ctrl-C cannot reach
+    should be; the test is of a command it reaches, as at a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_an_audit_stopped_by_ctrl_c_or_sigterm_ends_in_one_line_and_leaves_nothing(
         tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) and ``kill``/``timeout`` (SIGTERM) while the workers run: one line
@@ -144,15 +152,20 @@ def test_an_audit_stopped_by_ctrl_c_or_sigterm_ends_in_one_line_and_leaves_nothi
     for sent, status, word in ((signal.SIGINT, 130, "interrupted"),
                                (signal.SIGTERM, 143, "terminated")):
         out = tmp_path / f"out-{status}"
-        proc = subprocess.Popen([sys.executable, "-m", "kit", "audit", str(model), "--inputs",
-                                 str(inputs), "--from", "1.20.1", "--to", "1.29.0", "--out",
-                                 str(out)], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 240
-        while not list(out.glob(".kit-staging.*/work/*.npz")) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(1.0)  # the workers run the loop
-        proc.send_signal(sent)
-        _, err = proc.communicate(timeout=60)
+        with subprocess.Popen([sys.executable, "-m", "kit", "audit", str(model), "--inputs",
+                               str(inputs), "--from", "1.20.1", "--to", "1.29.0", "--out",
+                               str(out)], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=_ctrl_c_reaches) as proc:
+            try:
+                deadline = time.monotonic() + 240
+                while (not list(out.glob(".kit-staging.*/work/*.npz"))
+                       and time.monotonic() < deadline):
+                    time.sleep(0.2)
+                time.sleep(1.0)  # the workers run the loop
+                proc.send_signal(sent)
+                _, err = proc.communicate(timeout=60)
+            finally:
+                proc.kill()
         assert proc.returncode == status, err[-2000:]
         assert "Traceback" not in err
         assert err.rstrip().splitlines()[-1] == f"kit: audit {word}"

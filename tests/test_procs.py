@@ -78,3 +78,21 @@ def test_the_pid_is_not_handed_down_to_a_grandchild() -> None:
                           env={**os.environ, PARENT: str(os.getpid())})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "unset"
+
+
+def _ignore_sigterm() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def test_sigterm_becomes_stopped_unless_the_starter_ignored_it() -> None:
+    """``stop_on_sigterm`` turns SIGTERM into ``Stopped``; a SIGTERM the starter ignored
+    (as a shell ignores SIGINT for a background job) stays ignored."""
+    program = ("import signal; from kit.procs import stop_on_sigterm; stop_on_sigterm(); "
+               "print(signal.getsignal(signal.SIGTERM) == signal.SIG_IGN)")
+    found = []
+    for starter in (None, _ignore_sigterm):
+        proc = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120, check=False, preexec_fn=starter)
+        assert proc.returncode == 0, proc.stderr
+        found.append(proc.stdout.strip())
+    assert found == ["False", "True"]
