@@ -149,7 +149,9 @@ def kill_and_rerun(args: list[str], tmp: Path, step: int) -> list[int]:
         rerun = run_at(0, args, folder / "runs")
         assert rerun.returncode == 0, (kill_at, rerun.stderr[-3000:])
         found = run_files(folder / "runs")
-        assert sorted(found) == sorted(expected), kill_at
+        assert sorted(found) == sorted(expected), (
+            kill_at, "only the rerun:", sorted(set(found) - set(expected)),
+            "only the uninterrupted run:", sorted(set(expected) - set(found)), rerun.stderr[-1500:])
         assert [name for name in expected if found[name] != expected[name]] == [], kill_at
         assert changed_user_files(folder, USER_FILES) == [], kill_at
     return moments

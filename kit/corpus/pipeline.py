@@ -38,6 +38,7 @@ from kit.runfolder import Run, cpu_seconds, record_timing, say, write_manifest
 from kit.runlock import hold
 from kit.runtime.runtimes import Runtime, release_runtime
 from kit.runtime.scale import Batch, run_batches
+from kit.runtime.worker import meta_path
 
 PROTOCOL = ROOT / "kit" / "protocols" / "corpus.yaml"
 CASES_JSON, CRASHES_JSON = rule.CASES_JSON, rule.CRASHES_JSON
@@ -81,7 +82,8 @@ def build_case(root: Path, case: Case, seed: int) -> dict[str, str]:
 def _batches(root: Path, cases: list[Case], runtimes: dict[str, Runtime],
              hashes: dict[str, dict[str, str]]) -> list[Batch]:
     """One batch per (case, release, level): a model one level cannot load must not keep the
-    other level from running. A job whose output exists under unchanged inputs is kept."""
+    other level from running. A job whose output and its record exist under unchanged inputs
+    is kept (a worker killed between the two leaves the output alone: that job runs again)."""
     pending = []
     for case in cases:
         stamp = root / "cases" / case.id / "outputs" / "inputs.sha256"
@@ -94,7 +96,8 @@ def _batches(root: Path, cases: list[Case], runtimes: dict[str, Runtime],
         for release, runtime in runtimes.items():
             folder = f"cases/{case.id}/outputs/{release}"
             for level in LEVELS:
-                if (root / folder / f"{level}.npz").is_file():
+                output = root / folder / f"{level}.npz"
+                if output.is_file() and meta_path(output).is_file():
                     continue
                 job = {"model": f"cases/{case.id}/model.onnx",
                        "inputs": f"cases/{case.id}/inputs.npz", "output": f"{level}.npz",

@@ -32,7 +32,7 @@ from kit.errors import BackendUnavailable, KitError, WorkerFailed
 from kit.procs import child_env
 from kit.runtime.docker import ensure_image
 from kit.runtime.runtimes import Runtime
-from kit.runtime.scratch import SHARED_FILE, scratch
+from kit.runtime.scratch import SHARED_FILE, scratch, temporary
 from kit.runtime.venvs import ensure_runtime
 from kit.runtime.worker import canonical_json, file_mode, meta_path
 
@@ -51,8 +51,9 @@ DOCKER_PIDS = 256
 # The worker's job folder in the system's temporary folder (kit.runtime.scratch: a killed run's
 # folder is removed by the next run).
 JOBS_PREFIX = "kit-jobs-"
-# A docker worker's private output folder inside the output folder (``_run_container``).
-OUT_PREFIX = ".kit-docker-out-"
+# A docker worker's private output folder inside the output folder (``_run_container``),
+# of the kit's temporary name ``.docker-out.kit<pid>-<random>.tmp`` (``scratch.temporary``).
+OUT_NAME = "docker-out"
 
 
 def docker_available(timeout: float = 10.0) -> bool:
@@ -124,7 +125,7 @@ def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Pa
                    jobs: Sequence[dict[str, Any]],
                    progress: Callable[[str], None] | None) -> tuple[int, str]:
     """Run the worker's container with a private output folder of its own inside
-    ``out_root`` (``OUT_PREFIX``), then move the jobs' outputs to their places.
+    ``out_root`` (``OUT_NAME``), then move the jobs' outputs to their places.
 
     Batches run side by side into one ``out_root``; on a root host each container writes
     as ``CONTAINER_UID``, so its folder is handed over to that user and back, never
@@ -135,7 +136,7 @@ def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Pa
         raise WorkerFailed(f"{in_root}: the worker's container reads this folder as user "
                            f"{CONTAINER_UID}, but its mode {in_root.stat().st_mode & 0o777:o} "
                            "does not let other users in; give it mode 755", "")
-    with scratch(out_root, OUT_PREFIX) as stage:
+    with temporary(out_root, OUT_NAME) as stage:
         if root_host:
             _chown_tree(stage, CONTAINER_UID, CONTAINER_UID)
         try:
@@ -146,7 +147,9 @@ def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Pa
                 _chown_tree(stage, 0, 0)
         for job in jobs:
             output = Path(job["output"])
-            for name in (output, meta_path(output)):
+            # the record first: an output is done once it is there (a rerun keeps a job
+            # only when both are), so a kill between the two moves leaves it to run again
+            for name in (meta_path(output), output):
                 source = stage / name
                 if (source.resolve().is_relative_to(stage.resolve()) and source.is_file()
                         and not source.is_symlink()):

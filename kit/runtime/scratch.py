@@ -7,6 +7,12 @@ whose process is gone (a live process's folder, or another user's, is left alone
 Used for the ``kit run`` staging folders (``.kit-exchange-`` beside the output) and the
 worker's job folders (``kit-jobs-`` in the system's temporary folder).
 
+A scratch folder inside a folder the kit writes (a docker worker's output folder inside a
+run folder: ``temporary``) carries the kit's temporary name instead,
+``.NAME.kit<pid>-<random>.tmp`` (``kit.runtime.worker.TEMPORARY``), so that the run lock's
+sweep of a killed run's temporaries (``kit.runlock``) removes it with the rest, whatever
+the rerun runs.
+
 What a container reads is readable to every user whatever the umask (``SHARED_FILE``,
 ``SHARED_FOLDER``): on a root host the docker worker runs as the image's own user
 (``CONTAINER_UID``), not as the one who wrote it. Everything else the kit makes gets the
@@ -22,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kit.runtime.worker import alive
+from kit.runtime.worker import alive, stale, temporary_prefix
 
 # The modes of a file the host writes for a container to read, and of a folder holding one.
 SHARED_FILE, SHARED_FOLDER = 0o644, 0o755
@@ -62,6 +68,22 @@ def scratch(folder: Path, prefix: str) -> Iterator[Path]:
     """``make``'s folder, removed on exit."""
     tmp = make(folder, prefix)
     try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def temporary(folder: Path, name: str) -> Iterator[Path]:
+    """A new private folder of the kit's temporary name for ``name`` in ``folder``
+    (``SHARED_FOLDER``), after removing those of the same name whose process is gone;
+    removed on exit."""
+    for path in sorted(folder.glob(f".{name}.kit*")):
+        if stale(path.name) and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(name), suffix=".tmp", dir=folder))
+    try:
+        os.chmod(tmp, SHARED_FOLDER)  # the container writes its outputs here
         yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -70,6 +70,21 @@ def test_a_rerun_keeps_every_output_and_writes_the_same_bytes(fusion_run: Path) 
     assert (fusion_run / "manifest.json").read_bytes() == before
 
 
+def test_an_output_without_its_record_runs_again(fusion_run: Path) -> None:
+    """A worker killed between an output and its record leaves the output alone: the rerun
+    runs that job again (and only it), and the record comes back byte for byte."""
+    outputs = sorted((fusion_run / "cases").rglob("outputs/*/*.npz"))
+    record = outputs[0].with_suffix(".meta.json")
+    kept = record.read_bytes()
+    stamps = [p.stat().st_mtime_ns for p in outputs]
+    record.unlink()
+    run_corpus(fusion_run, releases=PAIR, cases=["pad-avgpool-fusion"], workers=1)
+    assert record.read_bytes() == kept
+    again = [p.stat().st_mtime_ns for p in outputs]
+    assert again[0] != stamps[0]
+    assert again[1:] == stamps[1:]
+
+
 def test_the_recompute_side_decides_from_the_raw_outputs(fusion_run: Path) -> None:
     ev = CorpusEvidence(fusion_run)
     recorded = read_json(fusion_run / "corpus" / "cases.json")["cases"][0]

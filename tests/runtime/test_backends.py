@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -13,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from kit.errors import BackendUnavailable, ImageError, WorkerFailed
+from kit.files import remove_stale
 from kit.locks import lock_requirements
 from kit.runtime import backends, docker
 from kit.runtime.backends import run_jobs, select_backend
 from kit.runtime.runtimes import get_runtime, load_runtimes
-from kit.runtime.worker import meta_path
+from kit.runtime.worker import TEMPORARY, meta_path
 from tests.conftest import job
 
 
@@ -113,7 +115,7 @@ def test_a_container_writes_into_a_folder_of_its_own_and_only_outputs_come_out(
         stage = Path(next(v for v in cmd if v.endswith(":/kit/out:rw")).split(":")[0])
         mounted.append(stage)
         assert stage.parent == out
-        assert stage.name.startswith(backends.OUT_PREFIX)
+        assert TEMPORARY.fullmatch(stage.name)["name"] == backends.OUT_NAME
         (stage / "a").mkdir()
         (stage / "a" / "x.npz").write_bytes(b"npz")
         (stage / "a" / "x.meta.json").write_bytes(b"{}")
@@ -130,6 +132,45 @@ def test_a_container_writes_into_a_folder_of_its_own_and_only_outputs_come_out(
         ["a", "a/x.meta.json", "a/x.npz", "kept.txt"]
     assert (out / "a" / "x.npz").read_bytes() == b"npz"
     assert not mounted[0].exists()
+
+
+def test_a_killed_runs_container_folder_is_swept_as_the_kits_temporary(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed while a container wrote leaves its private folder inside the run
+    folder: of the kit's temporary name, the rerun's lock sweep (``kit.files.remove_stale``)
+    removes it whatever the rerun runs, and so does the next container folder made beside
+    it; a live process's stays. With the record moved before the output, a kill between the
+    two moves leaves no output without its record."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    out = tmp_path / "run" / "cases" / "outputs"
+    out.mkdir(parents=True)
+    dead = out / f".{backends.OUT_NAME}.kit{int(gone.stdout)}-abcdefgh.tmp"
+    live = out / f".{backends.OUT_NAME}.kit{os.getpid()}-abcdefgh.tmp"
+    for folder in (dead, live):
+        (folder / "x").mkdir(parents=True)
+        (folder / "x" / "enable_all.npz").write_bytes(b"npz")
+    assert remove_stale(tmp_path / "run") == [dead]
+    assert live.is_dir()
+    dead.mkdir()
+    moved: list[str] = []
+
+    def container(cmd: list[str], env: object, progress: object) -> tuple[int, str]:
+        stage = Path(next(v for v in cmd if v.endswith(":/kit/out:rw")).split(":")[0])
+        assert not dead.exists()
+        assert live.is_dir()
+        (stage / "x.npz").write_bytes(b"npz")
+        (stage / "x.meta.json").write_bytes(b"{}")
+        return 0, ""
+
+    real = os.replace
+    monkeypatch.setattr(backends, "_stream", container)
+    monkeypatch.setattr(backends.os, "replace",
+                        lambda a, b: (moved.append(Path(b).name), real(a, b))[1])
+    (tmp_path / "in").mkdir(mode=0o755)
+    backends._run_container(get_runtime("ref"), tmp_path, tmp_path / "in", out,
+                            [{"output": "x.npz"}], None)
+    assert moved == ["x.meta.json", "x.npz"]
 
 
 def test_a_containers_outputs_take_the_hosts_modes_not_the_containers(
@@ -227,7 +268,7 @@ def test_docker_batches_side_by_side_share_one_output_folder(workdir: Path) -> N
     assert sum(len(paths) for paths in done) == sum(len(jobs) for jobs in batches)
     assert all(path.is_file() and path.stat().st_uid == os.getuid()
                for paths in done for path in paths)
-    assert not list(out.glob(backends.OUT_PREFIX + "*"))
+    assert not list(out.glob(f".{backends.OUT_NAME}.kit*"))
 
 
 @pytest.mark.docker
