@@ -19,7 +19,9 @@ line and the shell's status (130 or 143), never a traceback.
 Linux delivers the signal when the *thread* that started the child ends; every spawn site
 waits for its child on the thread that started it. Elsewhere than Linux no request is
 made, and only the check at start runs. A Docker worker is a ``docker run`` client whose
-container does not end with it; the ``venv`` backend, the default, is covered.
+container does not end with it: a stop (Ctrl-C, SIGTERM) kills the container by name
+(``kit.runtime.backends.stop_running``), a SIGKILL of the kit leaves it to run to its end;
+the ``venv`` backend is covered either way.
 """
 
 from __future__ import annotations

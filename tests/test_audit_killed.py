@@ -133,6 +133,18 @@ def _long_loop(path: Path) -> None:
                                 ir_version=8), str(path))
 
 
+def _containers(pid: int) -> list[str]:
+    """The containers process ``pid`` started that run (``kit-<pid>-...``; none without a
+    Docker daemon)."""
+    from kit.runtime.backends import docker_available
+
+    if not docker_available():
+        return []
+    found = subprocess.run(["docker", "ps", "-q", "--filter", f"name=^kit-{pid}-"],
+                           capture_output=True, text=True, check=True, timeout=60)
+    return found.stdout.split()
+
+
 def _ctrl_c_reaches() -> None:
     """In the audit's process, before it starts: SIGINT at its default. A shell without job
     control (CI's) starts a background job with SIGINT ignored, every process under it
@@ -144,8 +156,9 @@ def _ctrl_c_reaches() -> None:
 def test_an_audit_stopped_by_ctrl_c_or_sigterm_ends_in_one_line_and_leaves_nothing(
         tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) and ``kill``/``timeout`` (SIGTERM) while the workers run: one line
-    naming the stop, the shell's status (130, 143), no traceback, no worker left, and the
-    report folder it made removed with its staging folder."""
+    naming the stop, the shell's status (130, 143), no traceback, no worker left (with a
+    Docker daemon, the default backend's: no container either), and the report folder it
+    made removed with its staging folder."""
     model, inputs = tmp_path / "long.onnx", tmp_path / "x.npz"
     _long_loop(model)
     np.savez(inputs, x=np.zeros((4, 4), np.float32))
@@ -171,3 +184,4 @@ def test_an_audit_stopped_by_ctrl_c_or_sigterm_ends_in_one_line_and_leaves_nothi
         assert err.rstrip().splitlines()[-1] == f"kit: audit {word}"
         assert not out.exists(), status  # the folder it made, with its staging, removed
         assert live_writers(tmp_path, 1.5) == [], status
+        assert _containers(proc.pid) == [], status  # the docker backend's, killed by name

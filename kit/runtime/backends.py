@@ -15,6 +15,11 @@ Either builds what it runs on first use: the environment (``kit.runtime.venvs``)
 image (``kit.runtime.docker.ensure_image``), from the committed lock.
 
 ``select_backend(None)`` picks docker when a daemon answers, else venv.
+
+A command stopped by Ctrl-C or SIGTERM (``kit.procs``) stops what it runs: a worker the
+stopped thread itself waits on is killed as the stop unwinds through ``_stream``, and
+``stop_running`` kills those other threads wait on; a docker worker's container, named
+``kit-<pid>-<random>``, is killed by name, since it outlives its ``docker run`` client.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -105,7 +112,8 @@ def _docker_command(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: P
     uid = os.getuid()
     user = f"{CONTAINER_UID}:{CONTAINER_UID}" if uid == 0 else f"{uid}:{os.getgid()}"
     return [
-        "docker", "run", "--rm", "--network", "none", "--read-only", "--cap-drop", "ALL",
+        "docker", "run", "--rm", "--name", f"kit-{os.getpid()}-{uuid.uuid4().hex[:12]}",
+        "--network", "none", "--read-only", "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges", "--tmpfs", "/tmp:rw,size=64m",
         *docker_limits(jobs), "--user", user,
         "-v", f"{jobs_dir}:/kit/jobs:ro", "-v", f"{in_root}:/kit/in:ro",
@@ -161,18 +169,50 @@ def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Pa
     return result
 
 
+# The workers this process's threads wait on now, with the container of a docker one.
+_RUNNING: dict[int, tuple[subprocess.Popen[str], str | None]] = {}
+_RUNNING_LOCK = threading.Lock()
+
+
+def _stop(proc: subprocess.Popen[str], container: str | None) -> None:
+    if container is not None:  # a container outlives the client that started it
+        subprocess.run(["docker", "kill", container], capture_output=True, timeout=60,
+                       check=False)
+    proc.kill()
+
+
+def stop_running() -> None:
+    """Kill every worker this process's threads wait on now, and their containers (module
+    docstring): the threads then end with a failed worker."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING.values())
+    for proc, container in running:
+        _stop(proc, container)
+
+
 def _stream(cmd: list[str], env: dict[str, str] | None,
             progress: Callable[[str], None] | None) -> tuple[int, str]:
     """Run ``cmd``; hand each ``worker: progress`` line to ``progress`` as it comes and
-    return (exit code, everything the process said on stderr)."""
+    return (exit code, everything the process said on stderr). Stopped while it runs
+    (Ctrl-C, SIGTERM), the process (and its container) is killed first."""
     said = []
+    container = cmd[cmd.index("--name") + 1] if cmd[:2] == ["docker", "run"] else None
     with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True, env=env) as proc:
         assert proc.stderr is not None
-        for line in proc.stderr:
-            said.append(line)
-            if progress is not None and line.startswith("worker: progress"):
-                progress(line.rstrip())
+        with _RUNNING_LOCK:
+            _RUNNING[proc.pid] = (proc, container)
+        try:
+            for line in proc.stderr:
+                said.append(line)
+                if progress is not None and line.startswith("worker: progress"):
+                    progress(line.rstrip())
+        except BaseException:
+            _stop(proc, container)
+            raise
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.pop(proc.pid, None)
     return proc.returncode, "".join(said)
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from kit.errors import KitError
 from kit.heartbeat import stderr_line
-from kit.runtime.backends import run_jobs
+from kit.runtime.backends import run_jobs, stop_running
 from kit.runtime.runtimes import Runtime
 
 CONNECT_TIMEOUT_S = 20
@@ -86,24 +86,31 @@ def _in_threads(batches: Sequence[Batch], run: Callable[..., Any], where: tuple[
                 count: int, say: Callable[[str], None]) -> dict[str, str]:
     """``run_batches`` with ``threads``: each batch on a thread that starts its worker
     process and waits for it, at most ``count`` at once; a raised error is raised once
-    the threads that run end, the batches not started yet never start."""
+    the threads that run end, the batches not started yet never start. Stopped (Ctrl-C,
+    SIGTERM), it kills the running workers first (``kit.runtime.backends.stop_running``)."""
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     errors: dict[str, str] = {}
     with ThreadPoolExecutor(min(count, len(batches))) as pool:
         futures = {pool.submit(run, batch, *where): batch for batch in batches}
         pending, done = set(futures), 0
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
-            for future in finished:
-                if future.exception() is not None:
-                    for other in pending:
-                        other.cancel()
-                    raise future.exception()  # type: ignore[misc]
-                if error := future.result():
-                    errors[futures[future].label] = str(error)
-                done += 1
-                say(f"batch {done}/{len(batches)} done ({futures[future].label})")
+        try:
+            while pending:
+                finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                for future in finished:
+                    if future.exception() is not None:
+                        for other in pending:
+                            other.cancel()
+                        raise future.exception()  # type: ignore[misc]
+                    if error := future.result():
+                        errors[futures[future].label] = str(error)
+                    done += 1
+                    say(f"batch {done}/{len(batches)} done ({futures[future].label})")
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the running workers stop too
+            for future in futures:
+                future.cancel()
+            stop_running()
+            raise
     return errors
 
 
