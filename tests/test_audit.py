@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -823,3 +824,31 @@ def test_the_node_of_every_graph_output_is_watched_whatever_its_op(tmp_path: Pat
     exposed = probe(model, tmp_path / "probe.onnx", PROTOCOL["localisation"]["op_types"])
     assert [(e["node"], e["op"]) for e in exposed] == [("relu", "Relu"),
                                                        ("quantize", "QuantizeLinear")]
+
+
+def test_a_round_of_jobs_that_runs_long_says_it_still_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A job that never ends prints nothing of its own: while a round's jobs run, the audit
+    says every ``BEAT`` seconds that they still do, and how to stop them."""
+    import time
+
+    from kit.audit import cells
+
+    class Slow:
+        def run(self, batches: list[Any], in_root: Path, out_root: Path) -> None:
+            time.sleep(1.3)
+            for batch in batches:
+                for job in batch.jobs:
+                    (out_root / job["output"]).parent.mkdir(parents=True, exist_ok=True)
+                    np.savez(out_root / job["output"], y=np.zeros(2, np.float32))
+
+    monkeypatch.setattr(cells, "BEAT", 0.5)
+    found, _ = cells.run_cells([Cell("1.20.1", "disable_all")], tmp_path,
+                               [("inputs.npz", 2)], Slow(), "plain")  # type: ignore[arg-type]
+    said = capsys.readouterr().err
+    beats = [line for line in said.splitlines() if "still running" in line]
+    assert len(beats) >= 2, said
+    assert all(line.startswith("audit: the plain graph's jobs (Ctrl-C stops them): still "
+                               "running, ") for line in beats), beats
+    assert next(iter(found.values()))["y"].shape == (2,)

@@ -12,6 +12,7 @@ import numpy as np
 
 from kit.audit.model import Cell, input_count, sliced
 from kit.files import load_npz, write_npz
+from kit.heartbeat import heartbeat
 from kit.runfolder import say
 from kit.runtime.scratch import SHARED_FILE
 from kit.runtime.serve import Workers
@@ -20,6 +21,7 @@ GRAPHS = {"plain": "model.onnx", "probe": "probe.onnx"}
 # The tensors compared whole: per tensor and cell, its dtype and the shape of each run
 Whole = dict[str, dict[str, dict[str, Any]]]
 RUN_ROWS = 64  # inputs per worker call for a model whose first axis is dynamic
+BEAT = 30.0  # seconds between two "still running" lines while a round's jobs run
 
 
 def write_inputs(work: Path, arrays: dict[str, Any], fixed: int | None
@@ -48,7 +50,8 @@ def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int]],
     per release to that release's worker in ``pool`` (``kit.runtime.serve``: one process
     per release for every round of the audit), each file in one call (``whole``: a tensor
     may lack a batch axis); each cell's outputs stacked back in input order (``stacked``).
-    Also the tensors compared whole: per tensor, each cell's shapes as they came."""
+    Also the tensors compared whole: per tensor, each cell's shapes as they came. While
+    the jobs run, a line every ``BEAT`` seconds says they still do."""
     from kit.runtime.runtimes import release_runtime
     from kit.runtime.scale import Batch
 
@@ -66,7 +69,9 @@ def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int]],
                for release, found in jobs.items()]
     say(f"audit: {sum(len(j) for j in jobs.values())} jobs of the {graph} graph over "
         f"{len(cells)} cells")
-    pool.run(batches, work, work)
+    # a job that runs long (or never ends) prints nothing of its own until it is done
+    with heartbeat(f"audit: the {graph} graph's jobs (Ctrl-C stops them)", every=BEAT):
+        pool.run(batches, work, work)
     found: dict[tuple[Cell, str], dict[str, Any]] = {}
     whole: Whole = {}
     sizes = [rows for _, rows in feeds]
