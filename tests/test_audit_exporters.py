@@ -124,6 +124,33 @@ def test_a_string_input_given_in_the_inputs_file_is_fed_as_text(tmp_path: Path) 
     assert not (tmp_path / "bytes").exists()
 
 
+def test_every_integer_width_goes_in_and_comes_out(tmp_path: Path) -> None:
+    """int16, uint16, uint32 and uint64 inputs are fed as they are (the worker had refused
+    each, once both releases' workers had started) and an integer output of each width
+    comes back exactly."""
+    rng = np.random.default_rng(3)
+    arrays = {f"i{dtype}": rng.integers(0, 1000, (16, 3)).astype(dtype)
+              for dtype in ("int16", "uint16", "uint32", "uint64")}
+    kinds = {"int16": T.INT16, "uint16": T.UINT16, "uint32": T.UINT32, "uint64": T.UINT64}
+    nodes = [h.make_node("Cast", [name], [f"f{name}"], to=T.FLOAT) for name in arrays]
+    nodes += [h.make_node("Sum", [f"f{name}" for name in arrays], ["y"])]
+    nodes += [h.make_node("Identity", [name], [f"o{name}"]) for name in arrays]
+    model, inputs = _save(
+        tmp_path, nodes,
+        [h.make_tensor_value_info(name, kinds[name[1:]], ["N", 3]) for name in arrays],
+        [h.make_tensor_value_info("y", T.FLOAT, ["N", 3]),
+         *[h.make_tensor_value_info(f"o{name}", kinds[name[1:]], ["N", 3]) for name in arrays]],
+        **arrays)
+    record = _run(model, inputs, tmp_path / "report", 0)
+    assert record["verdict"] == "within clean drift"
+    ran = np.load(tmp_path / "report" / "work" / "outputs" / PAIR[0] / "enable_all-t1" /
+                  "plain-inputs.npz")
+    for name, array in arrays.items():
+        assert ran[f"o{name}"].dtype == array.dtype
+        np.testing.assert_array_equal(ran[f"o{name}"], array)
+    np.testing.assert_array_equal(ran["y"], sum(a.astype(np.float32) for a in arrays.values()))
+
+
 def test_an_output_whose_axes_follow_the_inputs_is_compared_whole(tmp_path: Path) -> None:
     """x @ x^T over 100 inputs: runs of 64 and 36 give (64, 64) and (36, 36)."""
     x = np.random.default_rng(1).standard_normal((100, 6)).astype(np.float32)

@@ -80,7 +80,9 @@ JOB_KEYS = {
 ORT_DTYPES = {
     "tensor(float)": np.dtype("float32"), "tensor(double)": np.dtype("float64"),
     "tensor(float16)": np.dtype("float16"), "tensor(int64)": np.dtype("int64"),
-    "tensor(int32)": np.dtype("int32"), "tensor(int8)": np.dtype("int8"),
+    "tensor(int32)": np.dtype("int32"), "tensor(int16)": np.dtype("int16"),
+    "tensor(int8)": np.dtype("int8"), "tensor(uint64)": np.dtype("uint64"),
+    "tensor(uint32)": np.dtype("uint32"), "tensor(uint16)": np.dtype("uint16"),
     "tensor(uint8)": np.dtype("uint8"), "tensor(bool)": np.dtype("bool"),
 }
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
