@@ -27,12 +27,14 @@ and exits 2, and the orchestrator turns that exit into ``WorkerFailed``.
 The command line prints ``kit: error: MESSAGE`` and exits 2 for any KitError, and maps
 the two lower-level errors a user's setting causes at the same boundary: an operating-system
 error on a path (``path_problem``) and a module missing from the Python that runs the
-command (``missing_module``).
+command (``missing_module``). Of onnxruntime's own message, ``onnxruntime_said`` keeps
+what it said, for a ``kit audit`` and a ``kit run`` refusal alike.
 """
 
 from __future__ import annotations
 
 import errno
+import re
 import sys
 from pathlib import Path
 
@@ -98,6 +100,37 @@ class InputRefused(KitError):
     """A file handed to ``kit run`` is refused at the boundary: unreadable, a model whose
     external data leaves its folder, or an output path that is a folder, lies under a
     file, or would overwrite the model or the inputs."""
+
+
+STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
+LOADING = re.compile(r"Load model from .+? failed:")
+SOURCE = re.compile(r"\S+\.(?:h|hpp|cc|cpp|cu):\d+ ")  # /onnxruntime_src/.../x.h:46
+
+
+def onnxruntime_said(text: str) -> str:
+    """onnxruntime's message as one line, without its status prefix (``[ONNXRuntimeError]
+    : 1 : FAIL :``), the path it loaded, and each C++ source location with the function
+    signature after it (``model_load_utils.h:46 void onnxruntime::F(args) const``)."""
+    text = LOADING.sub("", STATUS.sub("", text))
+    while (found := SOURCE.search(text)) is not None:
+        text = text[:found.start()] + _past_signature(text, found.end())
+    return " ".join(text.split())
+
+
+def _past_signature(text: str, start: int) -> str:
+    """``text`` from ``start`` past the C++ function signature there (to the parenthesis
+    closing its arguments, then a lambda's ``::<lambda()>`` and ``const``); from ``start``
+    where the words before the first parenthesis are a sentence, not a signature."""
+    opening = text.find("(", start)
+    if opening < 0 or ". " in text[start:opening] or ": " in text[start:opening]:
+        return text[start:]
+    depth = 0
+    for at in range(opening, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[at], 0)
+        if depth == 0:
+            rest = text[at + 1:]
+            return rest[re.match(r"(::\S*)?( const)?\s*", rest).end():]  # type: ignore[union-attr]
+    return text[start:]
 
 
 def first_line(text: str) -> str:

@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 
-from kit.audit.failures import named, onnxruntime_said
-from kit.errors import WorkerFailed
+from kit.audit.failures import named
+from kit.errors import WorkerFailed, onnxruntime_said
 from tests.test_audit import PAIR, audit
 
 WORK = Path("/tmp/out/.kit-staging.kit1-abc.tmp/work")

@@ -7,8 +7,8 @@ the model as ``model.onnx``, its instrumented copy as ``probe.onnx``, the inputs
 files and onnxruntime their staged paths, which are gone when the command ends. ``named``
 gives the refusal as one line: the user's model or ``--inputs`` file (with the inputs the
 run held, where the file was cut into runs), what was wrong, and the release; of
-onnxruntime's message it keeps what onnxruntime said (``onnxruntime_said``: no status
-prefix, no path it loaded, no C++ source location and function signature).
+onnxruntime's message it keeps what onnxruntime said (``kit.errors.onnxruntime_said``: no
+status prefix, no path it loaded, no C++ source location and function signature).
 """
 
 from __future__ import annotations
@@ -17,38 +17,9 @@ import re
 from pathlib import Path
 
 from kit.audit.cells import GRAPHS
-from kit.errors import WorkerFailed, first_line
+from kit.errors import WorkerFailed, first_line, onnxruntime_said
 
-STATUS = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
-LOADING = re.compile(r"Load model from .+? failed:")
-SOURCE = re.compile(r"\S+\.(?:h|hpp|cc|cpp|cu):\d+ ")  # /onnxruntime_src/.../x.h:46
 ROWS = re.compile(r" \(rows (\d+) to (\d+)\)")  # of the worker's run of one inputs file
-
-
-def onnxruntime_said(text: str) -> str:
-    """onnxruntime's message as one line, without its status prefix (``[ONNXRuntimeError]
-    : 1 : FAIL :``), the path it loaded, and each C++ source location with the function
-    signature after it (``model_load_utils.h:46 void onnxruntime::F(args) const``)."""
-    text = LOADING.sub("", STATUS.sub("", text))
-    while (found := SOURCE.search(text)) is not None:
-        text = text[:found.start()] + _past_signature(text, found.end())
-    return " ".join(text.split())
-
-
-def _past_signature(text: str, start: int) -> str:
-    """``text`` from ``start`` past the C++ function signature there (to the parenthesis
-    closing its arguments, then a lambda's ``::<lambda()>`` and ``const``); from ``start``
-    where the words before the first parenthesis are a sentence, not a signature."""
-    opening = text.find("(", start)
-    if opening < 0 or ". " in text[start:opening] or ": " in text[start:opening]:
-        return text[start:]
-    depth = 0
-    for at in range(opening, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[at], 0)
-        if depth == 0:
-            rest = text[at + 1:]
-            return rest[re.match(r"(::\S*)?( const)?\s*", rest).end():]  # type: ignore[union-attr]
-    return text[start:]
 
 
 def named(exc: WorkerFailed, work: Path, model: Path, inputs: Path,

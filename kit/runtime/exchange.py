@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from kit.errors import InputRefused, WorkerFailed
+from kit.errors import InputRefused, WorkerFailed, onnxruntime_said
 from kit.runtime import scratch
 from kit.runtime.backends import run_jobs, select_backend, worker_error
 from kit.runtime.runtimes import get_runtime
@@ -216,13 +216,14 @@ def stage(source: Path, target: Path) -> None:
 
 # ---------------------------------------------------------------- the exchange
 def _callers_names(exc: WorkerFailed, in_root: Path, staged: dict[str, Path]) -> str:
-    """The worker's refusal with each staged file named as the caller gave it."""
+    """The worker's refusal with each staged file named as the caller gave it, and of
+    onnxruntime's message what it said (``onnxruntime_said``), on one line."""
     reason = worker_error(exc.stderr) or str(exc)
     for name in sorted(staged, key=len, reverse=True):
         reason = reason.replace(str(in_root / name), str(staged[name]))
         if reason.startswith(name + ": "):
             reason = f"{staged[name]}: {reason[len(name) + 2:]}"
-    return reason
+    return onnxruntime_said(reason)
 
 
 def exchange(runtime_name: str, model: Path, inputs: Path, output: Path,

@@ -85,6 +85,32 @@ def test_worker_refusal_names_the_callers_file(workdir: Path) -> None:
     assert not meta_path(out).exists()
 
 
+def test_onnxruntimes_refusal_is_one_line_of_what_it_said(tmp_path: Path) -> None:
+    """A model onnxruntime cannot run (a Conv whose weights have 5 channels for an input of
+    3): one line naming the caller's model and the release, onnxruntime's words without
+    its status prefix (``[ONNXRuntimeError] : 1 : FAIL :``)."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    graph = h.make_graph([h.make_node("Conv", ["x", "w"], ["y"])], "g",
+                         [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 4, 4])],
+                         [h.make_tensor_value_info("y", T.FLOAT, None)],
+                         [h.make_tensor("w", T.FLOAT, [2, 5, 1, 1], [1.0] * 10)])
+    model = tmp_path / "c.onnx"
+    onnx.save(h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=8),
+              str(model))
+    write_npz(tmp_path / "c.npz", {"x": np.ones((2, 3, 4, 4), np.float32)})
+    proc = kit_run("--runtime", "ref", "--model", model, "--inputs", tmp_path / "c.npz",
+                   "--output", tmp_path / "o.npz", "--backend", "venv")
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"kit: error: {model}: the model does not run under onnxruntime 1.20.1 (rows 0 to 1): "
+        "Non-zero status code returned while running Conv node. Name:'' Status Message: "
+        "Input channels C is not equal to kernel channels * group. C: 3 kernel channels: 5 "
+        "group: 1 (ref worker, venv backend)"]
+
+
 @pytest.mark.parametrize("size", [str(10 ** 30), str(2 ** 63), str(2 ** 20 + 1), "0", "-1"])
 def test_a_batch_size_outside_1_to_2_20_is_refused_before_anything_runs(
         workdir: Path, size: str) -> None:
