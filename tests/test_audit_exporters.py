@@ -244,6 +244,20 @@ def test_a_move_with_bfloat16_inside_is_localised(tmp_path: Path) -> None:
     assert record["oracle"]["outputs"]["y8"]["closer"] == "to"
 
 
+def test_the_page_says_how_a_moving_narrow_tensor_was_compared() -> None:
+    """A node whose bfloat16 output first moves: the page's "Where it first moves" row says
+    it was compared as float32 after an exact cast, as the outputs table does."""
+    from kit.audit.report import _measured
+
+    moving = {"tensor": "half", "node": "to_bf16", "op": "Cast", "inputs": "y",
+              "upstream": "", "audited_rate": 1.0,
+              "compared_as": "float32 after an exact cast from bfloat16"}
+    record = {"outputs": {}, "why": "", "first_moving": moving, "exposed": 3}
+    table = next(t for t in _measured(record) if t.heading == "Where it first moves")
+    assert table.rows == [["to_bf16 (float32 after an exact cast from bfloat16)", "Cast", "y",
+                           "100%", "none"]]
+
+
 def test_widen_keeps_the_name_and_rewires_every_reader(tmp_path: Path) -> None:
     """The narrow tensor is renamed where its producer writes it and wherever a node or a
     subgraph reads it; the output keeps its name, now float32; an initializer output is

@@ -50,7 +50,8 @@ def _measured(record: dict[str, Any]) -> list[Any]:
     sections.append(PageTable(
         "Where it first moves", ["node", "op", "inputs", "alarm share",
                                  "unexposed nodes upstream (the move may start there)"],
-        [[moving["node"], moving["op"], moving["inputs"], f"{moving['audited_rate']:.0%}",
+        [[moving["node"] + (f" ({moving['compared_as']})" if moving.get("compared_as") else ""),
+          moving["op"], moving["inputs"], f"{moving['audited_rate']:.0%}",
           moving.get("upstream") or "none"]]
         if moving else [], note="" if moving else
         "not run: the outputs stay within clean drift (the instrumented copy runs only "
