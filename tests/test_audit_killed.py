@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 
 from kit.corpus.cases import CASES
 from kit.paths import ROOT
@@ -185,3 +186,39 @@ def test_an_audit_stopped_by_ctrl_c_or_sigterm_ends_in_one_line_and_leaves_nothi
         assert not out.exists(), status  # the folder it made, with its staging, removed
         assert live_writers(tmp_path, 1.5) == [], status
         assert _containers(proc.pid) == [], status  # the docker backend's, killed by name
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("docker_ready")
+def test_a_sigkilled_audits_containers_are_killed_by_the_next_docker_worker(
+        tmp_path: Path) -> None:
+    """SIGKILLed while its containers run a model that never ends, an audit can stop
+    nothing and its containers run on; the next docker worker this machine starts (a
+    ``kit run``) kills them first (``kit.runtime.backends.reap_orphans``)."""
+    model, inputs = tmp_path / "long.onnx", tmp_path / "x.npz"
+    _long_loop(model)
+    np.savez(inputs, x=np.zeros((4, 4), np.float32))
+    with subprocess.Popen([sys.executable, "-m", "kit", "audit", str(model), "--inputs",
+                           str(inputs), "--from", "1.20.1", "--to", "1.29.0", "--out",
+                           str(tmp_path / "out"), "--backend", "docker"], cwd=ROOT,
+                          stderr=subprocess.DEVNULL) as proc:
+        try:
+            deadline = time.monotonic() + 240
+            while len(_containers(proc.pid)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.5)
+        finally:
+            proc.kill()
+    assert len(_containers(proc.pid)) == 2  # the killed audit's, running on
+    np.savez(tmp_path / "small.npz", x=np.ones((2, 4), np.float32))
+    small = tmp_path / "small.onnx"
+    onnx.save(onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["y"])], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 4])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4])]),
+        opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8), str(small))
+    run = subprocess.run([sys.executable, "-m", "kit", "run", "--runtime", "ref", "--model",
+                          str(small), "--inputs", str(tmp_path / "small.npz"), "--output",
+                          str(tmp_path / "y.npz"), "--backend", "docker"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert _containers(proc.pid) == []

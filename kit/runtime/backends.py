@@ -20,6 +20,10 @@ A command stopped by Ctrl-C or SIGTERM (``kit.procs``) stops what it runs: a wor
 stopped thread itself waits on is killed as the stop unwinds through ``_stream``, and
 ``stop_running`` kills those other threads wait on; a docker worker's container, named
 ``kit-<pid>-<random>``, is killed by name, since it outlives its ``docker run`` client.
+A SIGKILLed kit can stop nothing: its containers carry the pid that started them and this
+machine's process space (``kit.parent``, ``kit.host``: the boot id and the pid namespace),
+and the next docker worker this machine starts first kills every container of that space
+whose starter is gone (``reap_orphans``, once per process).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from kit.runtime.docker import ensure_image
 from kit.runtime.runtimes import Runtime
 from kit.runtime.scratch import SHARED_FILE, scratch, temporary
 from kit.runtime.venvs import ensure_runtime
-from kit.runtime.worker import canonical_json, file_mode, meta_path
+from kit.runtime.worker import alive, canonical_json, file_mode, meta_path
 
 WORKER = Path(__file__).with_name("worker.py")
 FLOOR = Path(__file__).with_name("floor.py")  # the benchmark floor, run like the worker
@@ -113,6 +117,7 @@ def _docker_command(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: P
     user = f"{CONTAINER_UID}:{CONTAINER_UID}" if uid == 0 else f"{uid}:{os.getgid()}"
     return [
         "docker", "run", "--rm", "--name", f"kit-{os.getpid()}-{uuid.uuid4().hex[:12]}",
+        "--label", f"kit.parent={os.getpid()}", "--label", f"kit.host={process_space()}",
         "--network", "none", "--read-only", "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges", "--tmpfs", "/tmp:rw,size=64m",
         *docker_limits(jobs), "--user", user,
@@ -127,6 +132,35 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
         for name in [*dirs, *files]:
             os.chown(os.path.join(folder, name), uid, gid, follow_symlinks=False)
     os.chown(root, uid, gid)
+
+
+def process_space() -> str:
+    """This machine's boot id and this process's pid namespace: the space in which a
+    container's ``kit.parent`` pid names a process."""
+    boot = Path("/proc/sys/kernel/random/boot_id")
+    return (f"{boot.read_text().strip() if boot.is_file() else 'no-boot-id'}/"
+            f"{os.readlink('/proc/self/ns/pid') if os.path.exists('/proc/self/ns/pid') else ''}")
+
+
+_REAPED = threading.Event()
+
+
+def reap_orphans() -> list[str]:
+    """Kill the containers a kit process of this process space started and outlived (a
+    SIGKILLed kit's: module docstring), once per process; returns their names."""
+    if _REAPED.is_set() or shutil.which("docker") is None:
+        return []
+    _REAPED.set()
+    listed = subprocess.run(
+        ["docker", "ps", "--filter", f"label=kit.host={process_space()}", "--format",
+         '{{.Names}} {{.Label "kit.parent"}}'], capture_output=True, text=True, timeout=60,
+        check=False)
+    orphans = [name for name, _, pid in (line.partition(" ") for line in
+                                         listed.stdout.splitlines())
+               if pid.isdigit() and not alive(int(pid))]
+    for name in orphans:
+        subprocess.run(["docker", "kill", name], capture_output=True, timeout=60, check=False)
+    return orphans
 
 
 def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Path,
@@ -144,6 +178,7 @@ def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Pa
         raise WorkerFailed(f"{in_root}: the worker's container reads this folder as user "
                            f"{CONTAINER_UID}, but its mode {in_root.stat().st_mode & 0o777:o} "
                            "does not let other users in; give it mode 755", "")
+    reap_orphans()
     with temporary(out_root, OUT_NAME) as stage:
         if root_host:
             _chown_tree(stage, CONTAINER_UID, CONTAINER_UID)
