@@ -151,6 +151,30 @@ def test_every_integer_width_goes_in_and_comes_out(tmp_path: Path) -> None:
     np.testing.assert_array_equal(ran["y"], sum(a.astype(np.float32) for a in arrays.values()))
 
 
+def test_nan_and_infinite_inputs_go_in_as_given(tmp_path: Path) -> None:
+    """A model that imputes missing values (scikit-learn's imputers take NaN for missing):
+    NaN and infinities go in as given (the worker had refused them: "the worker takes
+    finite inputs only"), the record counts them, and a NaN both sides give alike is
+    equal."""
+    x = X.copy()
+    x[::3, 1], x[1, 2], x[5, 4] = np.nan, np.inf, -np.inf
+    zeros = nh.from_array(np.zeros(6, np.float32), "zeros")
+    model, inputs = _save(
+        tmp_path, [h.make_node("IsNaN", ["x"], ["missing"]),
+                   h.make_node("Where", ["missing", "zeros", "x"], ["filled"]),
+                   h.make_node("Mul", ["x", "x"], ["squared"])],
+        [_x(["N", 6])], [h.make_tensor_value_info("filled", T.FLOAT, ["N", 6]),
+                         h.make_tensor_value_info("squared", T.FLOAT, ["N", 6])],
+        inits=(zeros,), x=x)
+    record = _run(model, inputs, tmp_path / "report", 0)
+    assert record["verdict"] == "within clean drift"
+    assert record["nonfinite_inputs"] == 8
+    assert record["outputs"]["squared"]["identical_share"] == 1.0  # NaN alike is equal
+    ran = np.load(tmp_path / "report" / "work" / "outputs" / PAIR[0] / "enable_all-t1" /
+                  "plain-inputs.npz")
+    np.testing.assert_array_equal(ran["filled"], np.where(np.isnan(x), 0, x))
+
+
 def test_an_output_whose_axes_follow_the_inputs_is_compared_whole(tmp_path: Path) -> None:
     """x @ x^T over 100 inputs: runs of 64 and 36 give (64, 64) and (36, 36)."""
     x = np.random.default_rng(1).standard_normal((100, 6)).astype(np.float32)

@@ -93,9 +93,10 @@ def test_each_staged_file_is_named_as_the_user_gave_it() -> None:
 
 
 def test_an_audit_names_the_users_model_and_inputs_and_the_release(tmp_path: Path) -> None:
-    """1.20.1 cannot load an opset-22 model (1.29.0 can); its worker refuses NaN inputs.
-    Each error is one line naming the user's file, the release and what onnxruntime said,
-    and nothing of the staging folder, which is gone."""
+    """1.20.1 cannot load an opset-22 model (1.29.0 can); a Gather fails on an index past
+    its table in the inputs. Each error is one line naming the user's file (and the inputs
+    the run held), the release and what onnxruntime said, and nothing of the staging
+    folder, which is gone."""
     relu = h.make_model(h.make_graph(
         [h.make_node("Relu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT,
                                                                             ["N", 4])],
@@ -103,19 +104,24 @@ def test_an_audit_names_the_users_model_and_inputs_and_the_release(tmp_path: Pat
         opset_imports=[h.make_opsetid("", 22)], ir_version=10)
     model, inputs = tmp_path / "relu22.onnx", tmp_path / "x.npz"
     onnx.save(relu, str(model))
-    x = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
-    np.savez(inputs, x=x)
-    for relu_opset, cells, says in (
+    np.savez(inputs, x=np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32))
+    for opset, cells, says in (
             (22, PAIR, f"{model}: the model does not load under onnxruntime {PAIR[0]}: ONNX "
                        "Runtime only *guarantees* support for models stamped with official "
                        "released onnx opset versions. Opset 22 is under development"),
-            (17, PAIR, f"{inputs}: input 'x' holds 4 NaN or infinite value(s); the worker "
-                       f"takes finite inputs only (under onnxruntime {PAIR[0]})")):
-        if relu_opset == 17:
-            relu.opset_import[0].version, relu.ir_version = 17, 8
-            onnx.save(relu, str(model))
-            x[::2, 0] = np.nan
-            np.savez(inputs, x=x)
+            (17, PAIR, f"{model}: the model does not run under onnxruntime {PAIR[0]} on "
+                       f"inputs 0 to 7 of {inputs}: Non-zero status code returned while "
+                       "running Gather node. Name:'' Status Message: indices element out of "
+                       "data bounds, idx=99 must be within the inclusive range [-5,4]")):
+        if opset == 17:
+            gather = h.make_graph(
+                [h.make_node("Gather", ["table", "i"], ["y"], axis=0)], "g",
+                [h.make_tensor_value_info("i", T.INT64, ["N"])],
+                [h.make_tensor_value_info("y", T.FLOAT, ["N", 4])],
+                [h.make_tensor("table", T.FLOAT, [5, 4], [1.0] * 20)])
+            onnx.save(h.make_model(gather, opset_imports=[h.make_opsetid("", 17)],
+                                   ir_version=8), str(model))
+            np.savez(inputs, i=np.array([0, 1, 2, 3, 4, 0, 1, 99], np.int64))
         proc = audit(str(model), "--inputs", str(inputs), "--from", cells[0], "--to",
                      cells[1], "--out", str(tmp_path / "report"), "--workers", "1")
         assert proc.returncode == 2

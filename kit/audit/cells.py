@@ -64,7 +64,9 @@ def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int]],
             jobs.setdefault(cell.release, []).append({
                 "id": f"{cell.name}/{graph}/{feed}", "model": GRAPHS[graph], "inputs": feed,
                 "graph_optimization": cell.level, "intra_op_threads": cell.threads,
-                "output": output, "batch_size": count, "whole": True})
+                "output": output, "batch_size": count, "whole": True,
+                # NaN and infinities go in as given: the comparison counts them
+                "nonfinite": True})
     batches = [Batch(release_runtime(release), tuple(found), release)
                for release, found in jobs.items()]
     say(f"audit: {sum(len(j) for j in jobs.values())} jobs of the {graph} graph over "

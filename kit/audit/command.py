@@ -75,6 +75,7 @@ from kit.paths import ROOT
 from kit.runfolder import say
 from kit.runtime.scratch import SHARED_FILE, SHARED_FOLDER
 from kit.runtime.serve import Workers
+from kit.runtime.worker import nonfinite_count
 
 
 def clean_partners(side: Cell, protocol: dict[str, Any]) -> list[Cell]:
@@ -230,6 +231,7 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             path.unlink()
     pairs = [f"{side.name} vs {p.name}" for key, side in sides.items() for p in partners[key]]
     return {"verdict": found, "why": why, "outputs": rows, "inputs_n": n, "calibration_n": n_cal,
+            "nonfinite_inputs": sum(map(nonfinite_count, arrays.values())),
             "clean_pairs": pairs, "compared_whole": whole,
             "external_data": sorted(external), "cells": [c.name for c in cells],
             "exposed": None if exposed is None else len(exposed), "oracle": oracle,

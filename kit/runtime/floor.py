@@ -44,7 +44,8 @@ def read_feeds(jobs: list[dict[str, Any]], in_root: Path, worker: Any) -> dict[s
             declared = worker.npz_headers(path, str(path))
             if not declared:
                 raise worker.JobError(str(path), "the archive holds no arrays")
-            inputs[job["inputs"]] = worker.read_inputs(path, str(path), declared)
+            inputs[job["inputs"]] = worker.read_inputs(path, str(path), declared,
+                                                       bool(job.get("nonfinite")))
     return inputs
 
 

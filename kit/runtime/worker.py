@@ -35,9 +35,11 @@ string input (no pickle, no object dtype), no name twice, each member's size wha
 header declares, at most ``MAX_INPUT_BYTES`` declared in all, names, dtypes and static
 dims those of the graph.
 NaN or infinite inputs are refused, not recorded: the studies compare outputs by
-distance, and one NaN would void every distance it touches. A model that onnxruntime
-cannot load or run (a Conv whose weights have the wrong channel count) is a refusal
-naming the model and the onnxruntime version, never a traceback.
+distance, and one NaN would void every distance it touches. A job with ``"nonfinite":
+true`` (``kit audit``'s, whose comparison counts a NaN on one side only as infinitely far
+and equal NaN as equal) takes them, and its record counts them (``nonfinite_inputs``).
+A model that onnxruntime cannot load or run (a Conv whose weights have the wrong channel
+count) is a refusal naming the model and the onnxruntime version, never a traceback.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ TEMPORARY = re.compile(r"\.(?P<name>.+)\.kit(?P<pid>[1-9][0-9]{0,9})-[a-z0-9_]{8
 GRAPH_LEVELS = ("disable_all", "enable_basic", "enable_extended", "enable_layout", "enable_all")
 JOB_KEYS = {
     "id", "model", "inputs", "output", "graph_optimization",
-    "intra_op_threads", "inter_op_threads", "batch_size", "whole",
+    "intra_op_threads", "inter_op_threads", "batch_size", "whole", "nonfinite",
 }
 # onnxruntime's tensor type names for the dtypes the kit exchanges.
 ORT_DTYPES = {
@@ -260,8 +262,9 @@ def validate_job(job: Any, index: int) -> dict[str, Any]:
         value = filled[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise JobError(where, f"{key} must be a positive integer")
-    if not isinstance(filled.setdefault("whole", False), bool):
-        raise JobError(where, "whole must be true or false")
+    for key in ("whole", "nonfinite"):
+        if not isinstance(filled.setdefault(key, False), bool):
+            raise JobError(where, f"{key} must be true or false")
     if not str(filled["output"]).endswith(".npz"):
         raise JobError(str(filled["output"]), "output must end in .npz")
     return filled
@@ -501,8 +504,10 @@ def npz_headers(path: Path, shown: str) -> Declared:
         raise JobError(shown, f"not a readable .npz archive ({_one_line(exc)})") from exc
 
 
-def read_inputs(path: Path, shown: str, declared: Declared) -> dict[str, Array]:
-    """The arrays of an input .npz whose headers ``declared`` passed, each finite."""
+def read_inputs(path: Path, shown: str, declared: Declared,
+                nonfinite: bool = False) -> dict[str, Array]:
+    """The arrays of an input .npz whose headers ``declared`` passed, each finite unless
+    ``nonfinite``."""
     arrays = {}
     try:
         with zipfile.ZipFile(path) as archive:
@@ -516,12 +521,17 @@ def read_inputs(path: Path, shown: str, declared: Declared) -> dict[str, Array]:
     except NPZ_ERRORS as exc:
         raise JobError(shown, f"not a readable .npz archive ({_one_line(exc)})") from exc
     for name, array in arrays.items():
-        if array.dtype.kind in "fc":
-            bad = array.size - int(np.count_nonzero(np.isfinite(array)))
-            if bad:
-                raise JobError(shown, f"input {name!r} holds {bad} NaN or infinite value(s); "
-                                      "the worker takes finite inputs only")
+        bad = nonfinite_count(array)
+        if bad and not nonfinite:
+            raise JobError(shown, f"input {name!r} holds {bad} NaN or infinite value(s); "
+                                  "the worker takes finite inputs only")
     return arrays
+
+
+def nonfinite_count(array: Array) -> int:
+    """How many of a floating-point array's values are NaN or infinite (0 for any other)."""
+    return array.size - int(np.count_nonzero(np.isfinite(array))) \
+        if array.dtype.kind in "fc" else 0
 
 
 def _check_inputs(session: Any, declared: Declared, shown: str) -> int:
@@ -730,9 +740,10 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
             "model_sha256": hashed(model), "inputs_sha256": hashed(inputs),
             "output_sha256": hashlib.sha256(data).hexdigest(),
             "graph_outputs": sorted(results),
+            **({"whole": True} if job["whole"] else {}),  # outputs need no batch axis
+            **({"nonfinite_inputs": sum(map(nonfinite_count, arrays.values()))}
+               if job["nonfinite"] else {}),
         }
-        if job["whole"]:
-            record["whole"] = True  # every row in one call: outputs need no batch axis
         if external[model]:
             record["model_external_data"] = {location: sha256_file(path) for location, path
                                              in sorted(external[model].items())}
@@ -753,6 +764,7 @@ def _prepare(jobs: list[dict[str, Any]], outputs: list[Path], in_root: Path,
     model and inputs pair is checked once, on the first job's session, which the run then
     reuses."""
     declared: dict[Path, Declared] = {}
+    counted: dict[Path, dict[str, int]] = {}  # of each inputs file: NaN or infinite values
     checked: dict[tuple[Path, Path], int] = {}
     prepared = []
     for job, output in zip(jobs, outputs, strict=True):
@@ -764,7 +776,14 @@ def _prepare(jobs: list[dict[str, Any]], outputs: list[Path], in_root: Path,
             checked[model, inputs] = _check_inputs(session_for(model, job), declared[inputs],
                                                    job["inputs"])
         if inputs not in loaded:  # read only once the headers fit a graph
-            loaded[inputs] = read_inputs(inputs, job["inputs"], declared[inputs])
+            loaded[inputs] = read_inputs(inputs, job["inputs"], declared[inputs], True)
+        if inputs not in counted:
+            counted[inputs] = {name: n for name, array in loaded[inputs].items()
+                               if (n := nonfinite_count(array))}
+        if counted[inputs] and not job["nonfinite"]:
+            name, bad = min(counted[inputs].items())
+            raise JobError(job["inputs"], f"input {name!r} holds {bad} NaN or infinite "
+                                          "value(s); the worker takes finite inputs only")
         prepared.append((job, model, inputs, output, checked[model, inputs]))
     return prepared
 

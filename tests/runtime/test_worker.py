@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import pickle
+import shutil
 import subprocess
 import sys
 import tracemalloc
@@ -388,6 +389,24 @@ def test_bad_input_archives_are_refused_naming_what_is_wrong(workdir: Path, case
     _archive(workdir / "in" / "bad.npz", members)
     add_model(workdir / "in" / "add.onnx")
     _expect_refusal(workdir, [job(model="add.onnx", inputs="bad.npz")], f"bad.npz: {says}")
+
+
+def test_a_job_that_takes_nonfinite_inputs_runs_them_and_counts_them(workdir: Path) -> None:
+    """``"nonfinite": true`` (the audit's jobs) feeds NaN and infinities as they are and the
+    record counts them; a job of the same list on the same file without it is refused,
+    whichever comes first, and nothing is written."""
+    x = np.array([[0, np.nan, 1, np.inf], [1, 2, 3, -np.inf]], np.float32)
+    write_npz(workdir / "in" / "nan.npz", {"x": x})
+    add_model(workdir / "in" / "add.onnx")
+    taking = job(model="add.onnx", inputs="nan.npz", nonfinite=True, output="taking.npz")
+    (out,) = run_jobs(get_runtime("ref"), [taking], workdir / "in", workdir / "out", "venv")
+    np.testing.assert_array_equal(read_npz(out)["y"], x + WEIGHTS)
+    assert json.loads(meta_path(out).read_text())["nonfinite_inputs"] == 3
+    plain = job(model="add.onnx", inputs="nan.npz", output="plain.npz")
+    for jobs in ([taking, plain], [plain, taking]):
+        shutil.rmtree(workdir / "out")
+        _expect_refusal(workdir, jobs, "nan.npz: input 'x' holds 3 NaN or infinite value(s)")
+    _expect_refusal(workdir, [{**taking, "nonfinite": 1}], "nonfinite must be true or false")
 
 
 def _conv(path: Path, channels: int | None, weight_input: str = "w") -> Path:
