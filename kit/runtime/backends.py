@@ -207,6 +207,7 @@ def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Pa
 # The workers this process's threads wait on now, with the container of a docker one.
 _RUNNING: dict[int, tuple[subprocess.Popen[str], str | None]] = {}
 _RUNNING_LOCK = threading.Lock()
+_STOPPING = threading.Event()  # set by ``stop_running``: a worker started later is killed
 
 
 def _stop(proc: subprocess.Popen[str], container: str | None) -> None:
@@ -218,8 +219,10 @@ def _stop(proc: subprocess.Popen[str], container: str | None) -> None:
 
 def stop_running() -> None:
     """Kill every worker this process's threads wait on now, and their containers (module
-    docstring): the threads then end with a failed worker."""
+    docstring), and any a thread starts later: the threads then end with a failed worker.
+    For a command that stops (the process ends)."""
     with _RUNNING_LOCK:
+        _STOPPING.set()
         running = list(_RUNNING.values())
     for proc, container in running:
         _stop(proc, container)
@@ -237,7 +240,10 @@ def _stream(cmd: list[str], env: dict[str, str] | None,
         assert proc.stderr is not None
         with _RUNNING_LOCK:
             _RUNNING[proc.pid] = (proc, container)
+            stopping = _STOPPING.is_set()
         try:
+            if stopping:  # started by a thread as the command stopped
+                _stop(proc, container)
             for line in proc.stderr:
                 said.append(line)
                 if progress is not None and line.startswith("worker: progress"):

@@ -312,3 +312,30 @@ def _bootstrap_pins(pip_list_json: str) -> set[str]:
     """pip and setuptools come with the venv itself, not from the lock."""
     return {f"{p['name'].lower()}=={p['version']}" for p in json.loads(pip_list_json)
             if p["name"].lower() in ("pip", "setuptools")}
+
+
+def test_a_stop_kills_the_workers_threads_wait_on_and_any_started_after(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C or SIGTERM lands in the main thread while other threads wait on workers
+    (``kit.runtime.scale``): ``stop_running`` kills them, so the threads end at once, and a
+    worker a thread starts after the stop is killed as it starts."""
+    import threading
+    import time
+
+    monkeypatch.setattr(backends, "_STOPPING", threading.Event())
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+    found: list[tuple[int, str]] = []
+    thread = threading.Thread(target=lambda: found.append(backends._stream(sleeper, None,
+                                                                            None)))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not backends._RUNNING and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    backends.stop_running()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert found == [(-9, "")]
+    assert backends._stream(sleeper, None, None) == (-9, "")
+    assert time.monotonic() - started < 30
+    assert backends._RUNNING == {}
