@@ -169,6 +169,8 @@ def test_nan_and_infinite_inputs_go_in_as_given(tmp_path: Path) -> None:
     record = _run(model, inputs, tmp_path / "report", 0)
     assert record["verdict"] == "within clean drift"
     assert record["nonfinite_inputs"] == 8
+    assert f"{inputs} (8 NaN or infinite values, fed as given)" in \
+        (tmp_path / "report" / "index.html").read_text()
     assert record["outputs"]["squared"]["identical_share"] == 1.0  # NaN alike is equal
     ran = np.load(tmp_path / "report" / "work" / "outputs" / PAIR[0] / "enable_all-t1" /
                   "plain-inputs.npz")

@@ -89,7 +89,9 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
           "yes" if r["decides"] else f"advisory: {r['advisory']}"] for r in record["screen"]]))
     name = Path(record["model"]).name
     page = html_page(f"audit {name}", f"{name}: {record['verdict']}",
-                     {"model": record["model"], "inputs": record["inputs"], **sides,
+                     {"model": record["model"], "inputs": record["inputs"] + (
+                         f" ({record['nonfinite_inputs']} NaN or infinite values, fed as "
+                         "given)" if record.get("nonfinite_inputs") else ""), **sides,
                       "why": record["why"], "protocol version": record["protocol_version"]},
                      sections)
     write_atomic(out / "index.html", page.encode())
