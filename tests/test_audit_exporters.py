@@ -154,8 +154,8 @@ def test_every_integer_width_goes_in_and_comes_out(tmp_path: Path) -> None:
 def test_nan_and_infinite_inputs_go_in_as_given(tmp_path: Path) -> None:
     """A model that imputes missing values (scikit-learn's imputers take NaN for missing):
     NaN and infinities go in as given (the worker had refused them: "the worker takes
-    finite inputs only"), the record counts them, and a NaN both sides give alike is
-    equal."""
+    finite inputs only"), the record and the page count them, a NaN both sides give alike
+    is equal, and ``bench --audit``'s floor runs the same inputs."""
     x = X.copy()
     x[::3, 1], x[1, 2], x[5, 4] = np.nan, np.inf, -np.inf
     zeros = nh.from_array(np.zeros(6, np.float32), "zeros")
@@ -175,6 +175,9 @@ def test_nan_and_infinite_inputs_go_in_as_given(tmp_path: Path) -> None:
     ran = np.load(tmp_path / "report" / "work" / "outputs" / PAIR[0] / "enable_all-t1" /
                   "plain-inputs.npz")
     np.testing.assert_array_equal(ran["filled"], np.where(np.isnan(x), 0, x))
+    from kit.audit.bench import bench_audit
+
+    assert bench_audit(tmp_path / "report", quiet=True)["floor_s"] > 0  # its floor takes them
 
 
 def test_an_output_whose_axes_follow_the_inputs_is_compared_whole(tmp_path: Path) -> None:
