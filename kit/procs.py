@@ -14,7 +14,8 @@ start names.
 A SIGTERM (``kill``, ``timeout``) or a Ctrl-C stops a command as an exception instead
 (``stop_on_sigterm``, ``Stopped``): it unwinds, so every staging folder it made is removed
 and every worker it started is closed on the way out, and ``python -m kit`` ends with one
-line and the shell's status (130 or 143), never a traceback.
+line and the shell's status (130 or 143), never a traceback. A child kit command
+(``reproduce-all``'s steps) is sent SIGTERM on the way, to unwind the same (``run_child``).
 
 Linux delivers the signal when the *thread* that started the child ends; every spawn site
 waits for its child on the thread that started it. Elsewhere than Linux no request is
@@ -29,12 +30,15 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 
 PARENT = "KIT_PARENT_PID"
 PR_SET_PDEATHSIG = 1
 # The exit status of a child whose parent was gone before it could ask to follow it.
 ORPHANED = 3
+# Seconds a stopped kit command's child kit command has to unwind before it is killed.
+CHILD_GRACE_S = 30.0
 
 
 def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -74,3 +78,21 @@ def stop_on_sigterm() -> None:
         raise Stopped
 
     signal.signal(signal.SIGTERM, stop)
+
+
+def run_child(argv: list[str], **options: object) -> int:
+    """Run a child kit command (``argv``, naming this process as its parent) to its end and
+    return its exit status. Stopped while it runs (Ctrl-C, SIGTERM), the child is sent
+    SIGTERM, so that it unwinds too (its workers and containers killed, its staging
+    removed), and is killed if it has not ended within ``CHILD_GRACE_S``; the stop then
+    goes on up."""
+    with subprocess.Popen(argv, env=child_env(), **options) as proc:  # type: ignore[call-overload]
+        try:
+            return int(proc.wait())
+        except KeyboardInterrupt:
+            proc.terminate()
+            try:
+                proc.wait(timeout=CHILD_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from kit.paths import ROOT
 from kit.procs import ORPHANED, PARENT
@@ -96,3 +97,35 @@ def test_sigterm_becomes_stopped_unless_the_starter_ignored_it() -> None:
         assert proc.returncode == 0, proc.stderr
         found.append(proc.stdout.strip())
     assert found == ["False", "True"]
+
+
+# A parent that turns SIGTERM into Stopped and runs a child (``run_child``) that says when
+# it is ready and writes a file when it is sent SIGTERM.
+PARENT_OF_CHILD = """
+import sys
+from kit.procs import Stopped, run_child, stop_on_sigterm
+stop_on_sigterm()
+child = ("import pathlib, signal, sys, time\\n"
+         "def term(*_):\\n"
+         "    pathlib.Path(sys.argv[1]).write_text('unwound'); sys.exit(0)\\n"
+         "signal.signal(signal.SIGTERM, term)\\n"
+         "print('ready', flush=True); time.sleep(120)")
+try:
+    run_child([sys.executable, "-c", child, sys.argv[1]])
+except Stopped:
+    sys.exit(143)
+"""
+
+
+def test_a_stopped_parent_sends_its_child_kit_command_sigterm(tmp_path: Path) -> None:
+    """``reproduce-all`` stopped by SIGTERM while a step runs: the step's own kit command is
+    sent SIGTERM too (``run_child``), so that it unwinds (kills its workers and containers)
+    instead of being killed unwarned, and the stop goes on up."""
+    mark = tmp_path / "unwound"
+    with subprocess.Popen([sys.executable, "-c", PARENT_OF_CHILD, str(mark)], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True) as parent:
+        assert parent.stdout is not None
+        assert parent.stdout.readline() == "ready\n"
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=60) == 143
+    assert mark.read_text() == "unwound"

@@ -22,7 +22,6 @@ the detector study on one case; minutes, not hours, and none of its numbers is a
 from __future__ import annotations
 
 import hashlib
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -32,7 +31,7 @@ from kit.errors import KitError
 from kit.files import canonical_json
 from kit.heartbeat import heartbeat
 from kit.paths import ROOT
-from kit.procs import child_env
+from kit.procs import run_child
 from kit.runfolder import check_manifest, say
 
 # Which studies ``--only`` names, and the steps each takes.
@@ -207,7 +206,7 @@ def run_step(o: Options, step: str, expected_s: float | None = None) -> None:
         for command in ARGV[step](o):
             argv = [sys.executable, "-m", "kit", *command]
             say(f"reproduce-all: {step}: python {' '.join(argv[1:])}")
-            code = subprocess.run(argv, cwd=ROOT, check=False, env=child_env()).returncode
+            code = run_child(argv, cwd=ROOT)  # stopped, the step's command unwinds too
             if code != 0 and not (code == 1 and "--replay" in command):
                 raise KitError(f"{o.folder(step)}: step {step} failed (exit {code}) in python "
                                f"{' '.join(argv[1:])}; fix what it names and rerun "

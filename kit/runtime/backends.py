@@ -145,10 +145,12 @@ def process_space() -> str:
 _REAPED = threading.Event()
 
 
-def reap_orphans() -> list[str]:
+def reap_orphans(again: bool = False) -> list[str]:
     """Kill the containers a kit process of this process space started and outlived (a
-    SIGKILLed kit's: module docstring), once per process; returns their names."""
-    if _REAPED.is_set() or shutil.which("docker") is None:
+    SIGKILLed kit's: module docstring), once per process unless ``again`` (a local Dask
+    cluster closed on a failure or a stop: its workers' containers); returns their
+    names."""
+    if (_REAPED.is_set() and not again) or shutil.which("docker") is None:
         return []
     _REAPED.set()
     listed = subprocess.run(
@@ -211,10 +213,14 @@ _STOPPING = threading.Event()  # set by ``stop_running``: a worker started later
 
 
 def _stop(proc: subprocess.Popen[str], container: str | None) -> None:
-    if container is not None:  # a container outlives the client that started it
-        subprocess.run(["docker", "kill", container], capture_output=True, timeout=60,
-                       check=False)
-    proc.kill()
+    try:
+        if container is not None:  # a container outlives the client that started it
+            subprocess.run(["docker", "kill", container], capture_output=True, timeout=60,
+                           check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        pass  # the client is killed all the same; a container left is the reaper's
+    finally:
+        proc.kill()
 
 
 def stop_running() -> None:
@@ -238,10 +244,10 @@ def _stream(cmd: list[str], env: dict[str, str] | None,
     with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True, env=env) as proc:
         assert proc.stderr is not None
-        with _RUNNING_LOCK:
-            _RUNNING[proc.pid] = (proc, container)
-            stopping = _STOPPING.is_set()
         try:
+            with _RUNNING_LOCK:
+                _RUNNING[proc.pid] = (proc, container)
+                stopping = _STOPPING.is_set()
             if stopping:  # started by a thread as the command stopped
                 _stop(proc, container)
             for line in proc.stderr:

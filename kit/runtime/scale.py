@@ -36,7 +36,7 @@ from typing import Any
 
 from kit.errors import KitError
 from kit.heartbeat import stderr_line
-from kit.runtime.backends import run_jobs, stop_running
+from kit.runtime.backends import reap_orphans, run_jobs, stop_running
 from kit.runtime.runtimes import Runtime
 
 CONNECT_TIMEOUT_S = 20
@@ -87,29 +87,37 @@ def _in_threads(batches: Sequence[Batch], run: Callable[..., Any], where: tuple[
     """``run_batches`` with ``threads``: each batch on a thread that starts its worker
     process and waits for it, at most ``count`` at once; a raised error is raised once
     the threads that run end, the batches not started yet never start. Stopped (Ctrl-C,
-    SIGTERM), it kills the running workers first (``kit.runtime.backends.stop_running``)."""
+    SIGTERM), whether while the batches run or while a failed one waits for the others to
+    end, it kills the running workers first (``kit.runtime.backends.stop_running``)."""
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     errors: dict[str, str] = {}
-    with ThreadPoolExecutor(min(count, len(batches))) as pool:
+    pool = ThreadPoolExecutor(min(count, len(batches)))
+    futures: dict[Any, Batch] = {}
+    try:
         futures = {pool.submit(run, batch, *where): batch for batch in batches}
         pending, done = set(futures), 0
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                if future.exception() is not None:
+                    raise future.exception()  # type: ignore[misc]
+                if error := future.result():
+                    errors[futures[future].label] = str(error)
+                done += 1
+                say(f"batch {done}/{len(batches)} done ({futures[future].label})")
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the running workers stop too
+        stop_running()
+        raise
+    finally:
+        # the batches not started never start; the running ones end (waited on through
+        # their futures: a join a signal interrupts takes a live thread for ended)
+        pool.shutdown(wait=False, cancel_futures=True)
         try:
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
-                for future in finished:
-                    if future.exception() is not None:
-                        for other in pending:
-                            other.cancel()
-                        raise future.exception()  # type: ignore[misc]
-                    if error := future.result():
-                        errors[futures[future].label] = str(error)
-                    done += 1
-                    say(f"batch {done}/{len(batches)} done ({futures[future].label})")
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the running workers stop too
-            for future in futures:
-                future.cancel()
+            wait(futures)
+        except KeyboardInterrupt:  # stopped while they end: they end now
             stop_running()
+            wait(futures)
             raise
     return errors
 
@@ -264,7 +272,7 @@ def run_batches(batches: Sequence[Batch], in_root: Path, out_root: Path,
         return _in_threads(batches, run, (str(in_root), str(out_root), backend), count, say)
     from distributed import as_completed
 
-    client = _client(scheduler, count)
+    client, failed = _client(scheduler, count), True
     try:
         futures = [client.submit(run, batch, str(in_root), str(out_root), backend,
                                  key=f"kit-batch-{i}-{batch.label}", pure=False)
@@ -278,9 +286,12 @@ def run_batches(batches: Sequence[Batch], in_root: Path, out_root: Path,
                 client.cancel(futures)
                 raise
             say(f"batch {done}/{len(batches)} done ({labels[future.key]})")
+        failed = False
     finally:
         cluster = client.cluster if scheduler is None else None
         client.close()
         if cluster is not None:
             cluster.close()
+            if failed:  # a docker worker's container outlives the cluster's worker
+                reap_orphans(again=True)
     return errors

@@ -54,10 +54,16 @@ def test_batches_from_threads_give_the_serial_bytes_and_a_failure_names_its_file
     assert (workdir / "failed" / "c.npz").is_file()  # the other batch ran to its end
 
 
-def test_a_failing_batch_on_a_local_cluster_names_the_file(workdir: Path) -> None:
+def test_a_failing_batch_on_a_local_cluster_names_the_file(
+        workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The failure is raised naming the file, once the cluster is closed and the containers
+    its workers started that outlive them are reaped (``reap_orphans``, again)."""
+    reaped: list[bool] = []
+    monkeypatch.setattr(scale, "reap_orphans", lambda again=False: reaped.append(again))
     with pytest.raises(WorkerFailed, match=r"missing\.onnx: model not found"):
         run_batches([_batch(job(output="a.npz")), _batch(job(model="missing.onnx"))],
                     workdir / "in", workdir / "out", "venv", workers=2)
+    assert reaped == [True]
 
 
 def test_the_local_cluster_refuses_a_foreign_client_and_runs_the_kits_jobs(
@@ -140,3 +146,43 @@ def test_a_scheduler_address_is_bounded_before_anything_starts(address: str, mes
     was a UnicodeError from the idna codec: each a ScaleError naming the address."""
     with pytest.raises(ScaleError, match=re.escape(message)):
         scale.check_scheduler(address)
+
+
+def test_a_stop_while_a_failed_batch_waits_for_the_others_kills_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One batch fails at once while another's worker runs on: the failure waits for the
+    running batch to end, and a SIGTERM (``kit.procs.Stopped``) arriving in that wait kills
+    its worker (it would have run two minutes) and ends the command with the stop."""
+    import signal
+    import sys
+    import threading
+    import time
+
+    from kit.procs import Stopped
+    from kit.runtime import backends
+
+    monkeypatch.setattr(backends, "_STOPPING", threading.Event())
+    sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+
+    def run(batch: Batch, *where: object) -> int:
+        if batch.label == "fails":
+            raise WorkerFailed("fails at once", "")
+        return backends._stream(sleeper, None, None)[0]
+
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped
+
+    batches = [Batch(get_runtime("ref"), (), label) for label in ("runs", "fails")]
+    previous = signal.signal(signal.SIGUSR1, stop)
+    timer = threading.Timer(2.0, lambda: signal.pthread_kill(threading.main_thread().ident,
+                                                              signal.SIGUSR1))
+    started = time.monotonic()
+    try:
+        timer.start()
+        with pytest.raises(Stopped):
+            scale._in_threads(batches, run, (), 2, lambda line: None)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+    assert time.monotonic() - started < 60
+    assert backends._RUNNING == {}
