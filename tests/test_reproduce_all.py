@@ -395,8 +395,7 @@ def test_a_step_of_several_commands_keeps_one_clock(monkeypatch: pytest.MonkeyPa
 
     ran: list[list[str]] = []
     monkeypatch.setattr(steps, "heartbeat", heartbeat)
-    monkeypatch.setattr(steps.subprocess, "run", lambda argv, **_: (
-        ran.append(argv), subprocess.CompletedProcess(argv, 0))[1])
+    monkeypatch.setattr(steps, "run_child", lambda argv, **_: (ran.append(argv), 0)[1])
     steps.run_step(Options(runs=Path("/r")), "drift", expected_s=3000.0)
     assert len(ran) == len(ARGV["drift"](Options(runs=Path("/r")))) == 2
     assert clocks == [("reproduce-all: step drift", 3000.0)]
