@@ -28,6 +28,7 @@ whose starter is gone (``reap_orphans``, once per process).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -161,8 +162,15 @@ def reap_orphans(again: bool = False) -> list[str]:
                                          listed.stdout.splitlines())
                if pid.isdigit() and not alive(int(pid))]
     for name in orphans:
-        subprocess.run(["docker", "kill", name], capture_output=True, timeout=60, check=False)
+        _kill_container(name)
     return orphans
+
+
+def _kill_container(name: str) -> None:
+    """``docker kill NAME``; a kill that fails or times out leaves the container to the
+    next ``reap_orphans``."""
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(["docker", "kill", name], capture_output=True, timeout=60, check=False)
 
 
 def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Path,
@@ -215,10 +223,7 @@ _STOPPING = threading.Event()  # set by ``stop_running``: a worker started later
 def _stop(proc: subprocess.Popen[str], container: str | None) -> None:
     try:
         if container is not None:  # a container outlives the client that started it
-            subprocess.run(["docker", "kill", container], capture_output=True, timeout=60,
-                           check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        pass  # the client is killed all the same; a container left is the reaper's
+            _kill_container(container)
     finally:
         proc.kill()
 

@@ -520,11 +520,8 @@ def read_inputs(path: Path, shown: str, declared: Declared,
                 arrays[name] = array
     except NPZ_ERRORS as exc:
         raise JobError(shown, f"not a readable .npz archive ({_one_line(exc)})") from exc
-    for name, array in arrays.items():
-        bad = nonfinite_count(array)
-        if bad and not nonfinite:
-            raise JobError(shown, f"input {name!r} holds {bad} NaN or infinite value(s); "
-                                  "the worker takes finite inputs only")
+    if not nonfinite:
+        refuse_nonfinite(nonfinite_counts(arrays), shown)
     return arrays
 
 
@@ -532,6 +529,19 @@ def nonfinite_count(array: Array) -> int:
     """How many of a floating-point array's values are NaN or infinite (0 for any other)."""
     return array.size - int(np.count_nonzero(np.isfinite(array))) \
         if array.dtype.kind in "fc" else 0
+
+
+def nonfinite_counts(arrays: dict[str, Array]) -> dict[str, int]:
+    """The arrays that hold NaN or infinite values, and how many each."""
+    return {name: n for name, array in arrays.items() if (n := nonfinite_count(array))}
+
+
+def refuse_nonfinite(counts: dict[str, int], shown: str) -> None:
+    """A job without ``"nonfinite": true`` takes finite inputs only (module docstring)."""
+    if counts:
+        name, bad = min(counts.items())
+        raise JobError(shown, f"input {name!r} holds {bad} NaN or infinite value(s); "
+                              "the worker takes finite inputs only")
 
 
 def _check_inputs(session: Any, declared: Declared, shown: str) -> int:
@@ -778,12 +788,9 @@ def _prepare(jobs: list[dict[str, Any]], outputs: list[Path], in_root: Path,
         if inputs not in loaded:  # read only once the headers fit a graph
             loaded[inputs] = read_inputs(inputs, job["inputs"], declared[inputs], True)
         if inputs not in counted:
-            counted[inputs] = {name: n for name, array in loaded[inputs].items()
-                               if (n := nonfinite_count(array))}
-        if counted[inputs] and not job["nonfinite"]:
-            name, bad = min(counted[inputs].items())
-            raise JobError(job["inputs"], f"input {name!r} holds {bad} NaN or infinite "
-                                          "value(s); the worker takes finite inputs only")
+            counted[inputs] = nonfinite_counts(loaded[inputs])
+        if not job["nonfinite"]:
+            refuse_nonfinite(counted[inputs], job["inputs"])
         prepared.append((job, model, inputs, output, checked[model, inputs]))
     return prepared
 
