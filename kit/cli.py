@@ -292,6 +292,11 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inputs", type=Path,
                         help=".npz with one array per model input, inputs along the first axis "
                              "(not needed with --screen-only)")
+    parser.add_argument("--sets", action="store_true",
+                        help="each array of --inputs carries one more leading axis, of input "
+                             "sets, and the model takes one set at a time as it is: for a "
+                             "model whose inputs share no first axis (a MatMul of (3, 4) and "
+                             "(4, 5) audited on 16 sets: arrays (16, 3, 4) and (16, 4, 5))")
     parser.add_argument("--from", dest="source", required=True, metavar="RELEASE[/LEVEL]",
                         help="the release (and level; default enable_all) the model runs on")
     parser.add_argument("--to", dest="target", required=True, metavar="RELEASE[/LEVEL]",

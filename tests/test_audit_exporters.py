@@ -3,9 +3,11 @@ have, end to end on the two releases the default tests build: a scalar output, a
 input, a string output, an output whose second axis follows the inputs (a similarity
 matrix over more inputs than one run takes), and onnxruntime's MatMulScaleFusion defect
 (the corpus's ``matmul-scale-leading-dims``: 1.20.1 gives its output another shape), as a
-graph output and inside a graph that exposes a scalar to the instrumented copy. Each gets
-a verdict and a report, never a traceback; the shape a release changed is named as the
-runtime gave it, and the specification's shape inference says which side is right."""
+graph output and inside a graph that exposes a scalar to the instrumented copy, and, with
+``--sets``, models whose inputs share no first axis (a MatMul of (3, 4) and (4, 5); the same
+defect within each input set). Each gets a verdict and a report, never a traceback; the
+shape a release changed is named as the runtime gave it, and the specification's shape
+inference says which side is right."""
 
 from __future__ import annotations
 
@@ -16,12 +18,14 @@ from typing import Any
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from kit.audit.model import load_protocol, probe, widen
+from kit.audit.model import check_inputs, load_protocol, probe, widen
 from kit.corpus.cases import CASES
+from kit.errors import FileFormatError
 from tests.test_audit import PAIR, audit
 
 X = np.random.default_rng(0).standard_normal((16, 6)).astype(np.float32)
@@ -67,9 +71,9 @@ def _fusion(tmp: Path, inner_scalar: bool) -> tuple[Path, Path]:
                  [h.make_tensor_value_info("z", T.FLOAT, ["N", S, OUT])], 13, inits, x=x)
 
 
-def _run(model: Path, inputs: Path, out: Path, code: int) -> dict[str, Any]:
+def _run(model: Path, inputs: Path, out: Path, code: int, *more: str) -> dict[str, Any]:
     proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
-                 "--out", str(out), "--workers", "1")
+                 "--out", str(out), "--workers", "1", *more)
     assert proc.returncode == code, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert (out / "index.html").is_file()
@@ -211,6 +215,97 @@ def test_a_move_whose_instrumented_copy_exposes_a_scalar_is_judged(tmp_path: Pat
     assert record["exposed"]
     assert record["oracle"]["outputs"]["z"]["closer"] == "to"
     assert record["first_moving"] is not None or record["unlocalised"]
+
+
+def _sets(tmp: Path, fused: bool) -> tuple[Path, Path]:
+    """A model whose two inputs share no first axis, given 16 input sets: a MatMul of (3,
+    4) and (4, 5); or (``fused``) the MatMulScaleFusion defect on a MatMul of (4, 5) and (5,
+    3) and a [1, 1, 1] scale, where 1.20.1 gives each set (4, 3) for the
+    specification's (1, 4, 3)."""
+    rng = np.random.default_rng(5)
+    m, k, n = (4, 5, 3) if fused else (3, 4, 5)
+    nodes = [h.make_node("MatMul", ["a", "b"], ["m" if fused else "y"])]
+    inits: tuple[Any, ...] = ()
+    if fused:
+        nodes.append(h.make_node("Mul", ["m", "scale"], ["y"]))
+        inits = (nh.from_array(np.full((1, 1, 1), 0.5, np.float32), "scale"),)
+    return _save(tmp, nodes, [h.make_tensor_value_info("a", T.FLOAT, [m, k]),
+                              h.make_tensor_value_info("b", T.FLOAT, [k, n])],
+                 [h.make_tensor_value_info("y", T.FLOAT, [1, m, n] if fused else [m, n])],
+                 13, inits, a=rng.standard_normal((16, m, k)).astype(np.float32),
+                 b=rng.standard_normal((16, k, n)).astype(np.float32))
+
+
+def test_inputs_that_share_no_first_axis_are_audited_as_input_sets(tmp_path: Path) -> None:
+    """Without --sets a MatMul of (3, 4) and (4, 5) is refused, the refusal saying what to
+    do; with it each of the 16 sets runs as the model takes it, the outputs stacked per
+    set, and ``bench --audit``'s floor feeds each set as the audit did."""
+    model, inputs = _sets(tmp_path, fused=False)
+    flat = tmp_path / "flat.npz"
+    np.savez(flat, **{k: v[0] for k, v in np.load(inputs).items()})
+    refused = audit(str(model), "--inputs", str(flat), "--from", PAIR[0], "--to", PAIR[1],
+                    "--out", str(tmp_path / "refused"))
+    assert refused.returncode == 2
+    assert f"{flat}: every input needs the same number of rows" in refused.stderr
+    assert "found [3, 4]; where the model's inputs share no first axis" in refused.stderr
+    assert "pass --sets" in refused.stderr
+    record = _run(model, inputs, tmp_path / "report", 0, "--sets")
+    assert (record["verdict"], record["sets"], record["inputs_n"]) == \
+        ("within clean drift", True, 16)
+    ran = [np.load(tmp_path / "report" / "work" / "outputs" / PAIR[0] / "enable_all-t1" /
+                   f"plain-inputs-{i:05d}.npz")["y"] for i in (0, 15)]
+    arrays = np.load(inputs)
+    for i, y in zip((0, 15), ran, strict=True):
+        np.testing.assert_allclose(y, arrays["a"][i] @ arrays["b"][i], rtol=1e-5, atol=1e-6)
+    assert record["compared_whole"] == {}
+    assert f"{inputs} (16 input sets, each fed as the model takes it: --sets)" in \
+        (tmp_path / "report" / "index.html").read_text()
+    from kit.audit.bench import bench_audit
+
+    assert bench_audit(tmp_path / "report", quiet=True)["floor_s"] > 0
+
+
+def test_a_shape_a_release_changes_within_each_input_set_is_judged_per_set(
+        tmp_path: Path) -> None:
+    record = _run(*_sets(tmp_path, fused=True), tmp_path / "report", 1, "--sets")
+    assert record["why"].endswith("y (float32[16, 4, 3] against float32[16, 1, 4, 3])")
+    judged = record["oracle"]["outputs"]["y"]
+    assert (judged["closer"], judged["spec_shape"]) == ("to", [1, 4, 3])
+    assert judged["shapes"] == {"from": [4, 3], "to": [1, 4, 3]}
+
+
+def test_input_sets_are_checked_before_anything_runs_and_a_failing_set_is_named(
+        tmp_path: Path) -> None:
+    """With --sets the model's dimensions follow the sets' axis, and a set the model does
+    not run on (a Reshape to a shape one set's data asks for, which no (3, 4) takes) is
+    named as the user's inputs file, one of its sets, and the release."""
+    model, inputs = _save(tmp_path, [h.make_node("Reshape", ["a", "s"], ["y"])],
+                          [h.make_tensor_value_info("a", T.FLOAT, [3, 4]),
+                           h.make_tensor_value_info("s", T.INT64, [2])],
+                          [h.make_tensor_value_info("y", T.FLOAT, ["p", "q"])], 13,
+                          a=np.ones((4, 3, 4), np.float32),
+                          s=np.array([[2, 6], [6, 2], [4, 3], [5, 5]], np.int64))
+    with pytest.raises(FileFormatError, match=r"input 'a' has shape \[4, 4, 3\], the model "
+                       r"takes \[3, 4\] after the first axis \(the input sets, with --sets\)"):
+        check_inputs(onnx.load(str(model)), _npz(tmp_path, a=np.ones((4, 4, 3), np.float32),
+                                                 s=np.ones((4, 2), np.int64)), 2, sets=True)
+    with pytest.raises(FileFormatError, match=r"the same number of input sets \(the first "
+                       r"axis, with --sets\), at least 2 \(half calibrate, half are held "
+                       r"out\); found \[1\]$"):
+        check_inputs(onnx.load(str(model)), _npz(tmp_path, a=np.ones((1, 3, 4), np.float32),
+                                                 s=np.ones((1, 2), np.int64)), 2, sets=True)
+    proc = audit(str(model), "--inputs", str(inputs), "--from", PAIR[0], "--to", PAIR[1],
+                 "--out", str(tmp_path / "report"), "--sets")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    said = proc.stderr.strip().splitlines()[-1]
+    assert said.startswith(f"kit: error: {model}: the model does not run under onnxruntime ")
+    assert f" on one of the 4 input sets of {inputs}: " in said
+    assert "Traceback" not in proc.stderr
+
+
+def _npz(tmp: Path, **arrays: Any) -> Path:
+    np.savez(tmp / "given.npz", **arrays)
+    return tmp / "given.npz"
 
 
 NARROW = {"b": T.BFLOAT16, "e4": T.FLOAT8E4M3FN, "e4u": T.FLOAT8E4M3FNUZ, "e5": T.FLOAT8E5M2,

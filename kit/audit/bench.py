@@ -60,19 +60,20 @@ def feeds(work: Path) -> list[str]:
     return names
 
 
-def cell_floor(cell: Cell, work: Path, rows: int, names: list[str]) -> float:
-    """The plain model's inference time under ``cell``, in that release's environment."""
+def cell_floor(cell: Cell, work: Path, names: list[str]) -> float:
+    """The plain model's inference time under ``cell``, in that release's environment:
+    each inputs file in one call, as the audit's jobs ran them (``whole``)."""
     from kit.runtime.backends import floor_seconds
     from kit.runtime.runtimes import release_runtime
 
     jobs = [{"model": "model.onnx", "inputs": feed, "graph_optimization": cell.level,
-             "batch_size": rows, "nonfinite": True} for feed in names]  # as the audit ran
+             "whole": True, "nonfinite": True} for feed in names]
     return floor_seconds(release_runtime(cell.release), jobs, work)
 
 
 def bench_audit(report: Path, quiet: bool = False) -> dict[str, Any]:
     """The audit's wall time, its floor and their ratio (printed as JSON unless quiet)."""
-    from kit.audit.model import fixed_batch, load_model
+    from kit.audit.model import load_model
 
     path = unlinked(report, "audit.json", AGAIN)
     record = read_json(path, AGAIN)
@@ -85,8 +86,8 @@ def bench_audit(report: Path, quiet: bool = False) -> dict[str, Any]:
     cells = audit_cells(record, path)
     work = unlinked(report, "work", AGAIN)
     names = feeds(work)
-    rows = fixed_batch(load_model(unlinked(work, "model.onnx", AGAIN))) or 64
-    floor = round(sum(cell_floor(cell, work, rows, names) for cell in cells), 4)
+    load_model(unlinked(work, "model.onnx", AGAIN))  # checked before any release runs it
+    floor = round(sum(cell_floor(cell, work, names) for cell in cells), 4)
     if floor <= 0:  # a model of no work on inputs of no rows: nothing to divide by
         raise KitError(f"{work}: the floor measured {floor} s (inputs without rows?); "
                        "there is no ratio to give")

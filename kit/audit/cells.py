@@ -24,18 +24,25 @@ RUN_ROWS = 64  # inputs per worker call for a model whose first axis is dynamic
 BEAT = 30.0  # seconds between two "still running" lines while a round's jobs run
 
 
-def write_inputs(work: Path, arrays: dict[str, Any], fixed: int | None
-                 ) -> list[tuple[str, int]]:
+def write_inputs(work: Path, arrays: dict[str, Any], fixed: int | None, sets: bool = False
+                 ) -> list[tuple[str, int | None]]:
     """The inputs file(s) the jobs read and the rows of each: runs of the model's fixed
     first axis (the worker feeds a model only the shape it declares), else of ``RUN_ROWS``
-    (one ``inputs.npz`` when they all fit); readable to the worker's container whatever
-    the umask (``SHARED_FILE``)."""
+    (one ``inputs.npz`` when they all fit); with ``sets`` one file per input set, the
+    arrays as the model takes them (rows None: the set's outputs are stacked on a new
+    first axis, ``stacked``). Readable to the worker's container whatever the umask
+    (``SHARED_FILE``)."""
     n = input_count(arrays)
+    if sets:
+        for i in range(n):
+            write_npz(work / f"inputs-{i:05d}.npz", {k: v[i] for k, v in arrays.items()},
+                      SHARED_FILE)
+        return [(f"inputs-{i:05d}.npz", None) for i in range(n)]
     step = fixed or RUN_ROWS
     if fixed is None and n <= step:
         write_npz(work / "inputs.npz", arrays, SHARED_FILE)
         return [("inputs.npz", n)]
-    feeds = []
+    feeds: list[tuple[str, int | None]] = []
     for i in range(0, n, step):
         name = f"inputs-{i // step:05d}.npz"
         write_npz(work / name, sliced(arrays, i, i + step), SHARED_FILE)
@@ -43,7 +50,7 @@ def write_inputs(work: Path, arrays: dict[str, Any], fixed: int | None
     return feeds
 
 
-def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int]],
+def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int | None]],
               pool: Workers, graph: str
               ) -> tuple[dict[tuple[Cell, str], dict[str, Any]], Whole]:
     """Every cell and inputs file of one graph (``GRAPHS``) in the kit's worker, one batch
@@ -64,7 +71,7 @@ def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int]],
             jobs.setdefault(cell.release, []).append({
                 "id": f"{cell.name}/{graph}/{feed}", "model": GRAPHS[graph], "inputs": feed,
                 "graph_optimization": cell.level, "intra_op_threads": cell.threads,
-                "output": output, "batch_size": count, "whole": True,
+                "output": output, "batch_size": count or 1, "whole": True,
                 # NaN and infinities go in as given: the comparison counts them
                 "nonfinite": True})
     batches = [Batch(release_runtime(release), tuple(found), release)
@@ -86,15 +93,20 @@ def run_cells(cells: list[Cell], work: Path, feeds: list[tuple[str, int]],
     return found, whole
 
 
-def stacked(parts: list[Any], sizes: list[int], name: str,
+def stacked(parts: list[Any], sizes: list[int | None], name: str,
             whole: Whole, cell: str) -> Any:
     """One tensor's runs in input order: concatenated along the batch axis where every run
-    carries its rows first and the same shape after them, else compared whole (every run's
-    values as one row of one input, its dtype and the runs' shapes recorded in
-    ``whole[name][cell]``): an attention tensor laid out by head or by sequence position,
-    a scalar, or a tensor whose other axes follow its inputs (a similarity matrix of the
-    inputs) is judged, never refused."""
-    if all(p.ndim and p.shape[0] == rows for p, rows in zip(parts, sizes, strict=True)) \
+    carries its rows first and the same shape after them (stacked on a new first axis
+    where each run is one input set, size None, and all have one shape), else compared
+    whole (every run's values as one row of one input, its dtype and the runs' shapes
+    recorded in ``whole[name][cell]``): an attention tensor laid out by head or by
+    sequence position, a scalar, or a tensor whose other axes follow its inputs (a
+    similarity matrix of the inputs, or a set's output whose shape follows its data) is
+    judged, never refused."""
+    if None in sizes:
+        if len({p.shape for p in parts}) == 1:
+            return np.stack(parts)
+    elif all(p.ndim and p.shape[0] == rows for p, rows in zip(parts, sizes, strict=True)) \
             and len({p.shape[1:] for p in parts}) == 1:
         return np.concatenate(parts)
     whole.setdefault(name, {})[cell] = {"dtype": str(parts[0].dtype),
@@ -114,11 +126,14 @@ def label(cell: Cell, graph: str) -> str:
     return cell.name if graph == "plain" else f"{cell.name} ({graph})"
 
 
-def first_run(array: Any, name: str, labelled: str, whole: Whole, rows: int) -> list[int]:
-    """One cell's tensor's shape on the first run of ``rows`` inputs, as the runtime gave
-    it (``stacked``)."""
+def first_run(array: Any, name: str, labelled: str, whole: Whole, rows: int | None
+              ) -> list[int]:
+    """One cell's tensor's shape on the first run of ``rows`` inputs (None: one input
+    set), as the runtime gave it (``stacked``)."""
     ran = whole.get(name, {}).get(labelled)
-    return list(ran["shapes"][0]) if ran else [rows, *np.shape(array)[1:]]
+    if ran:
+        return list(ran["shapes"][0])
+    return list(np.shape(array)[1:]) if rows is None else [rows, *np.shape(array)[1:]]
 
 
 def as_run(array: Any, name: str, labelled: str, whole: Whole) -> str:

@@ -99,7 +99,7 @@ def run_command(args: argparse.Namespace) -> int:
                        f"per graph input: {', '.join(graph_inputs(model)) or 'none'}), or "
                        "--screen-only for the static screen alone")
     arrays = None if args.inputs is None else \
-        check_inputs(model, args.inputs, protocol["inputs"]["minimum"])
+        check_inputs(model, args.inputs, protocol["inputs"]["minimum"], sets(args))
     drawn = unseeded_random(model.graph) if arrays is not None else []
     if drawn:
         raise KitError(f"{args.model}: {', '.join(drawn[:3])}{' and more' if drawn[3:] else ''}"
@@ -167,7 +167,7 @@ def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     work.mkdir()
     os.chmod(out, SHARED_FOLDER)  # the docker worker reads them as the image's own user
     os.chmod(work, SHARED_FOLDER)
-    feeds = write_inputs(work, arrays, fixed_batch(model))
+    feeds = write_inputs(work, arrays, fixed_batch(model), sets(args))
     with Workers(args.backend, args.scheduler, args.workers, say) as pool:
         try:
             found = _measure(model, arrays, sides, protocol, work, feeds, args, pool)
@@ -179,7 +179,7 @@ def measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
 
 
 def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
-             protocol: dict[str, Any], work: Path, feeds: list[tuple[str, int]],
+             protocol: dict[str, Any], work: Path, feeds: list[tuple[str, int | None]],
              args: argparse.Namespace, pool: Workers) -> dict[str, Any]:
     plain_copy, compared_as = widen(model)  # a type numpy lacks, cast exactly
     write_atomic(work / GRAPHS["plain"], plain_copy.SerializeToString(), SHARED_FILE)
@@ -201,14 +201,8 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
     found, why = verdict(plain, rate)
     if not any(partners.values()):
         found, why = "within clean drift", IDENTICAL
-    dialled = None
-    if getattr(args, "dial", False):  # the sensitivity on this model, beside Polygraphy's
-        from kit.audit.dial import dial
-
-        dialled = [row for name in plain for row in dial(
-            [(outputs[(side, "plain")][name], outputs[(p, "plain")][name])
-             for key, side in sides.items() for p in partners[key]],
-            outputs[(sides["from"], "plain")][name], n_cal, alarm, name)]
+    dialled = dialled_rows(outputs, sides, partners, list(plain), n_cal, alarm) \
+        if getattr(args, "dial", False) else None
     rows = {name: {**c.as_dict(), **({} if any(partners.values()) else {"tau": None}),
                    **describe(outputs[(sides["from"], "plain")][name],
                               outputs[(sides["to"], "plain")][name], name),
@@ -231,6 +225,7 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             path.unlink()
     pairs = [f"{side.name} vs {p.name}" for key, side in sides.items() for p in partners[key]]
     return {"verdict": found, "why": why, "outputs": rows, "inputs_n": n, "calibration_n": n_cal,
+            **({"sets": True} if sets(args) else {}),  # inputs_n counts input sets
             "nonfinite_inputs": sum(map(nonfinite_count, arrays.values())),
             "clean_pairs": pairs, "compared_whole": whole,
             "external_data": sorted(external), "cells": [c.name for c in cells],
@@ -238,6 +233,19 @@ def _measure(model: Any, arrays: dict[str, Any], sides: dict[str, Cell],
             "envelope": "run" if any(partners.values()) else "not run: bit-identical",
             "first_moving": moving, **({} if moving_why is None else {"unlocalised": moving_why}),
             **({} if dialled is None else {"dial": dialled})}
+
+
+def dialled_rows(outputs: dict[tuple[Cell, str], dict[str, Any]], sides: dict[str, Cell],
+                 partners: dict[str, list[Cell]], names: list[str], n_cal: int,
+                 alarm: dict[str, Any]) -> list[dict[str, Any]]:
+    """``--dial``: the sensitivity on this model, beside Polygraphy's (``kit.audit.dial``),
+    per output of the plain graph."""
+    from kit.audit.dial import dial
+
+    return [row for name in names for row in dial(
+        [(outputs[(side, "plain")][name], outputs[(p, "plain")][name])
+         for key, side in sides.items() for p in partners[key]],
+        outputs[(sides["from"], "plain")][name], n_cal, alarm, name)]
 
 
 def judged(audited: dict[str, dict[str, Any]], labels: dict[str, str],
@@ -260,23 +268,31 @@ def judged(audited: dict[str, dict[str, Any]], labels: dict[str, str],
 
 def right_side(model: Any, arrays: dict[str, Any], plain: dict[str, Any],
                audited: dict[str, dict[str, Any]], labels: dict[str, str], whole: Whole,
-               first: int) -> dict[str, Any]:
+               first: int | None) -> dict[str, Any]:
     """Which side onnx's reference implementation sides with (``kit.audit.oracle``): on
     its values for every output with a batch axis on one side at least (the other may have
     lost it), and, for an output whose shape a release changed, on the shape the
-    specification's shape inference gives the first run of ``first`` inputs."""
+    specification's shape inference gives the first run of ``first`` inputs (None: the
+    first input set)."""
     n = input_count(arrays)
     batched = [name for name in plain
                if any(len(audited[key][name]) == n for key in ("from", "to"))]
-    oracle = judge_sides(model, arrays, *({name: audited[key][name] for name in batched}
-                                          for key in ("from", "to")))
+    from_outputs, to_outputs = ({name: audited[key][name] for name in batched}
+                                for key in ("from", "to"))
+    oracle = judge_sides(model, arrays, from_outputs, to_outputs, first is None)
     changed = [name for name, c in plain.items() if c.reshaped]
     if changed:
-        spec = spec_shapes(model, {k: np.shape(v) for k, v in sliced(arrays, 0, first).items()})
+        spec = spec_shapes(model, {k: np.shape(v)[1:] if first is None else np.shape(v)
+                                   for k, v in sliced(arrays, 0, first or 1).items()})
         oracle["outputs"].update({name: which_shape(spec.get(name), *(
             first_run(audited[key][name], name, labels[key], whole, first)
             for key in ("from", "to"))) for name in changed})
     return oracle
+
+
+def sets(args: argparse.Namespace) -> bool:
+    """``--sets``: each array of ``--inputs`` carries a leading axis of input sets."""
+    return bool(getattr(args, "sets", False))
 
 
 def calibration_count(n: int, protocol: dict[str, Any]) -> int:
@@ -291,7 +307,7 @@ IDENTICAL = ("the two sides' outputs are bit-identical on every input: a zero di
 
 
 def run_plain(sides: dict[str, Cell], protocol: dict[str, Any], work: Path,
-              feeds: list[tuple[str, int]], args: argparse.Namespace, pool: Workers
+              feeds: list[tuple[str, int | None]], args: argparse.Namespace, pool: Workers
               ) -> tuple[dict[tuple[Cell, str], dict[str, Any]], Whole,
                          dict[str, list[Cell]], list[Cell]]:
     """The plain graph's outputs: the audited pair first, then the clean pairs' cells only

@@ -23,16 +23,18 @@ ROWS = re.compile(r" \(rows (\d+) to (\d+)\)")  # of the worker's run of one inp
 
 
 def named(exc: WorkerFailed, work: Path, model: Path, inputs: Path,
-          feeds: list[tuple[str, int]]) -> WorkerFailed:
+          feeds: list[tuple[str, int | None]]) -> WorkerFailed:
     """``exc`` as one line naming the user's ``model`` or ``inputs`` and the release
-    (module docstring); ``feeds``: the staged inputs files and their rows, in order."""
+    (module docstring); ``feeds``: the staged inputs files and their rows (None: one
+    input set of ``--sets``), in order."""
     staged = {GRAPHS["plain"]: str(model),
               GRAPHS["probe"]: f"{model} (the audit's instrumented copy of it)"}
-    start, n = 0, sum(count for _, count in feeds)
+    start, n = 0, sum(count or 1 for _, count in feeds)
     for name, count in feeds:
-        staged[name] = str(inputs) if len(feeds) == 1 else \
+        staged[name] = f"{inputs} (input set {start})" if count is None else \
+            str(inputs) if len(feeds) == 1 else \
             f"{inputs} (inputs {start} to {start + count - 1})"
-        start += count
+        start += count or 1
     release = f"onnxruntime {exc.release}"
     file, _, what = (exc.reason or "").partition(": ")
     if exc.release is None:  # no worker's answer: a backend's own refusal
@@ -54,7 +56,8 @@ def named(exc: WorkerFailed, work: Path, model: Path, inputs: Path,
     rows = ROWS.search(what) if file in GRAPHS.values() else None
     if rows:  # a run of the model failed: on which of the user's inputs
         first, last = int(rows[1]), int(rows[2])
-        on = f" on inputs {first} to {last} of {inputs}" if len(feeds) == 1 else \
+        on = f" on one of the {n} input sets of {inputs}" if feeds[0][1] is None else \
+            f" on inputs {first} to {last} of {inputs}" if len(feeds) == 1 else \
             f" on a run of {last - first + 1} of the {n} inputs of {inputs}"
         what = what[:rows.start()] + on + what[rows.end():]
     if release not in what:

@@ -10,7 +10,9 @@
   initializers), with their element types (a string input as numpy's fixed-width text,
   which the worker feeds as it is), ranks and every fixed dimension; the first axis
   is the batch of inputs the audit splits and scores (``input_count``, ``sliced``), but
-  for a scalar input the graph declares (rank 0), which goes whole with every run;
+  for a scalar input the graph declares (rank 0), which goes whole with every run; with
+  ``--sets`` every array carries one more leading axis, of input sets, each set fed as
+  the model takes it (for a model whose inputs share no first axis: ``rows``);
 - ``widen``: the audit's copy of the model with each graph output of a type onnxruntime's
   Python binding gives numpy no array for (bfloat16, float8: ``WIDENED``) cast exactly to a
   type it does (float32), under the output's own name, the cast recorded (``compared_as``);
@@ -157,11 +159,12 @@ def graph_inputs(model: onnx.ModelProto) -> dict[str, tuple[int, list[int | str]
             for i in model.graph.input if i.name not in inits}
 
 
-def check_inputs(model: onnx.ModelProto, path: Path, minimum: int
+def check_inputs(model: onnx.ModelProto, path: Path, minimum: int, sets: bool = False
                  ) -> dict[str, np.ndarray[Any, Any]]:
     """The inputs file's arrays when they are exactly the model's inputs; a FileFormatError
     naming the file and the input otherwise, before the file is read where the model takes
-    an input no .npz can hold (a type numpy lacks, ``WIDENED``, or no tensor at all)."""
+    an input no .npz can hold (a type numpy lacks, ``WIDENED``, or no tensor at all). With
+    ``sets`` every array carries one more leading axis, of input sets (``rows``)."""
     wanted = graph_inputs(model)
     for name, (elem, _) in wanted.items():
         if elem == T.UNDEFINED:
@@ -188,26 +191,44 @@ def check_inputs(model: onnx.ModelProto, path: Path, minimum: int
         if array.dtype != dtype:
             raise FileFormatError(f"{path}: input {name!r} is {array.dtype}, the model "
                                   f"takes {dtype}")
-        if not dims and array.ndim == 0:  # a scalar the graph declares: every input's
-            continue
-        if array.ndim == 0 or array.ndim != len(dims) or any(isinstance(d, int) and d > 0 and d != n
-                                          for d, n in zip(dims[1:], array.shape[1:],
-                                                          strict=False)):
-            raise FileFormatError(f"{path}: input {name!r} has shape {list(array.shape)}, "
-                                  f"the model takes {dims} (first axis: the inputs)")
-        counts.add(array.shape[0])
+        counts |= rows(path, name, array, dims, sets)
     if not counts:
         raise FileFormatError(f"{path}: every input of the model is a scalar, so nothing "
                               "carries the inputs along a first axis")
     if len(counts) != 1 or min(counts) < minimum:
-        raise FileFormatError(f"{path}: every input needs the same number of rows, at least "
+        unit = "input sets (the first axis, with --sets)" if sets else "rows"
+        raise FileFormatError(f"{path}: every input needs the same number of {unit}, at least "
                               f"{minimum} (half calibrate, half are held out); found "
-                              f"{sorted(counts)}")
-    fixed = fixed_batch(model)
+                              f"{sorted(counts)}" + ("" if sets or len(counts) == 1 else SETS))
+    fixed = None if sets else fixed_batch(model)  # a set goes in as the model takes it
     if fixed and min(counts) % fixed:
         raise FileFormatError(f"{path}: the model fixes its first axis at {fixed}, so the "
                               f"rows ({min(counts)}) must come in whole runs of {fixed}")
     return arrays
+
+
+SETS = ("; where the model's inputs share no first axis (a MatMul of (3, 4) and (4, 5)), "
+        "give each array one more leading axis of input sets and pass --sets")
+
+
+def rows(path: Path, name: str, array: np.ndarray[Any, Any], dims: list[int | str],
+         sets: bool) -> set[int]:
+    """The inputs one array carries: its first axis, which is the inputs' (or with
+    ``sets`` one more, the input sets'), after which every fixed dimension of the
+    model's must follow; none for a scalar the graph declares, which goes with every
+    run (with ``sets`` it too carries the sets)."""
+    if not dims and array.ndim == 0 and not sets:
+        return set()
+    taken = array.shape[1:] if sets else array.shape
+    if array.ndim == 0 or len(taken) != len(dims) or any(
+            isinstance(d, int) and d > 0 and d != n
+            for d, n in zip(dims if sets else dims[1:], taken if sets else taken[1:],
+                            strict=True)):
+        raise FileFormatError(f"{path}: input {name!r} has shape {list(array.shape)}, the "
+                              f"model takes {dims} " + (
+                                  "after the first axis (the input sets, with --sets)" if sets
+                                  else "(first axis: the inputs)"))
+    return {array.shape[0]}
 
 
 # Operators that draw random numbers, each unless its ``seed`` attribute is set (Dropout

@@ -54,11 +54,12 @@ def widened(model: Any) -> Any:
     return copy
 
 
-def oracle_outputs(model: Any, feeds: dict[str, Array], wanted: Any = None
-                   ) -> tuple[dict[str, Array], str]:
+def oracle_outputs(model: Any, feeds: dict[str, Array], wanted: Any = None,
+                   sets: bool = False) -> tuple[dict[str, Array], str]:
     """The reference implementation's outputs for ``feeds`` (in runs of the model's fixed
-    first axis, one input at a time where it is dynamic) and the precision it ran in;
-    only the ``wanted`` outputs (default: all), which must carry a batch axis."""
+    first axis, one input at a time where it is dynamic, one input set at a time with
+    ``sets``, its outputs stacked on a new first axis) and the precision it ran in; only
+    the ``wanted`` outputs (default: all), which must carry a batch axis."""
     from onnx.reference import ReferenceEvaluator
 
     names = [o.name for o in model.graph.output if wanted is None or o.name in wanted]
@@ -67,18 +68,27 @@ def oracle_outputs(model: Any, feeds: dict[str, Array], wanted: Any = None
         try:
             evaluator = ReferenceEvaluator(candidate)
             wide = precision == "float64"
-            n, step = input_count(feeds), fixed_batch(model) or 1
+            n, step = input_count(feeds), 1 if sets else fixed_batch(model) or 1
             runs: list[Any] = [
                 evaluator.run(names, {k: (v.astype(np.float64) if wide and
                                          v.dtype == np.float32 else v)
-                                     for k, v in sliced(feeds, i, i + step).items()})
-                for i in range(0, n - n % step, step)]
-            return {name: np.concatenate([np.asarray(r[j]) for r in runs])
+                                     for k, v in part.items()})
+                for part in _parts(feeds, n - n % step, step, sets)]
+            join = np.stack if sets else np.concatenate
+            return {name: join([np.asarray(r[j]) for r in runs])
                     for j, name in enumerate(names)}, precision
         except Exception as exc:  # onnx.reference raises many kinds; the first says why
             if error == "no precision ran":
                 error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     raise OracleFailed(error)
+
+
+def _parts(feeds: dict[str, Array], n: int, step: int, sets: bool
+           ) -> list[dict[str, Array]]:
+    """The feeds of each run: ``step`` inputs at a time, or with ``sets`` each input set
+    as the model takes it (its leading axis dropped)."""
+    parts = [sliced(feeds, i, i + step) for i in range(0, n, step)]
+    return [{k: v[0] for k, v in part.items()} for part in parts] if sets else parts
 
 
 def _candidates(model: Any) -> Any:
@@ -134,14 +144,16 @@ def which_side(oracle: Array, a: Array, b: Array) -> dict[str, Any]:
 
 
 def judge_sides(model: Any, arrays: dict[str, Array], from_outputs: dict[str, Array],
-                to_outputs: dict[str, Array]) -> dict[str, Any]:
+                to_outputs: dict[str, Array], sets: bool = False) -> dict[str, Any]:
     """Per output given (those with a batch axis), which side the reference implementation
-    sides with (module docstring), on the last ``ORACLE_INPUTS`` inputs."""
-    total, step = input_count(arrays), fixed_batch(model) or 1
+    sides with (module docstring), on the last ``ORACLE_INPUTS`` inputs (input sets, with
+    ``sets``)."""
+    total, step = input_count(arrays), 1 if sets else fixed_batch(model) or 1
     n = min(max(ORACLE_INPUTS, step) // step * step, total - total % step)
     feeds = sliced(arrays, total - n, total)
     try:
-        oracle, precision = oracle_outputs(model, feeds, set(from_outputs) & set(to_outputs))
+        oracle, precision = oracle_outputs(model, feeds, set(from_outputs) & set(to_outputs),
+                                           sets)
     except OracleFailed as exc:
         return {"ran": False, "why": f"onnx.reference could not run the model ({exc})",
                 "inputs": n, "outputs": {}}

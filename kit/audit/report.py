@@ -90,6 +90,8 @@ def write_report(out: Path, record: dict[str, Any]) -> None:
     name = Path(record["model"]).name
     page = html_page(f"audit {name}", f"{name}: {record['verdict']}",
                      {"model": record["model"], "inputs": record["inputs"] + (
+                         f" ({record['inputs_n']} input sets, each fed as the model takes "
+                         "it: --sets)" if record.get("sets") else "") + (
                          f" ({record['nonfinite_inputs']} NaN or infinite values, fed as "
                          "given)" if record.get("nonfinite_inputs") else ""), **sides,
                       "why": record["why"], "protocol version": record["protocol_version"]},

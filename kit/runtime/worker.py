@@ -14,8 +14,9 @@ Usage::
 (paths relative to IN), an output .npz (relative to OUT), the graph optimisation level and
 the thread counts. Every job is validated before any runs, so bad input writes nothing.
 Rows run ``batch_size`` at a time and every output must carry them on its first axis; a
-job with ``"whole": true`` runs every row in one call and keeps each output as it comes
-(a tensor laid out by attention head or by sequence position has no batch axis).
+job with ``"whole": true`` feeds its inputs as they are in one call and keeps each output
+as it comes (a tensor laid out by attention head or by sequence position has no batch
+axis), so its inputs need share no first axis either (a MatMul of (3, 4) and (4, 5)).
 Each output .npz holds one array per graph output, keyed by the output's name, and a
 ``.meta.json`` beside it records the runtime, session options and the sha256 of model,
 inputs and output. Both are written to a temporary name and renamed. Errors print
@@ -544,8 +545,10 @@ def refuse_nonfinite(counts: dict[str, int], shown: str) -> None:
                               "the worker takes finite inputs only")
 
 
-def _check_inputs(session: Any, declared: Declared, shown: str) -> int:
-    """Names, dtypes and static dims must match the graph; returns the batch size N."""
+def _check_inputs(session: Any, declared: Declared, shown: str, whole: bool) -> int | None:
+    """Names, dtypes and static dims must match the graph; returns the batch size N, the
+    first axis every input but a declared scalar shares. A ``whole`` job feeds its inputs
+    as they are, so they need share none (N is then None)."""
     wanted = {meta.name: meta for meta in session.get_inputs()}
     missing = sorted(set(wanted) - set(declared))
     extra = sorted(set(declared) - set(wanted))
@@ -572,9 +575,11 @@ def _check_inputs(session: Any, declared: Declared, shown: str) -> int:
                                   f"the graph wants {meta.shape}")
         if not shape and not meta.shape:  # a scalar the graph declares: fed whole to every run
             continue
-        if not shape or shape[0] == 0:
+        if (not shape or shape[0] == 0) and not whole:
             raise JobError(shown, f"input {name!r} has no batch axis or an empty batch")
-        sizes.add(shape[0])
+        sizes.add(shape[0] if shape else 0)
+    if whole:
+        return sizes.pop() if len(sizes) == 1 else None
     if not sizes:
         raise JobError(shown, "no input carries a batch axis (every input is a scalar)")
     if len(sizes) != 1:
@@ -587,16 +592,17 @@ def _check_inputs(session: Any, declared: Declared, shown: str) -> int:
 NARROW = re.compile(r"\((bfloat16|float8\w*|float4\w*|u?int[24])\)")
 
 
-def _run_batched(session: Any, arrays: dict[str, Array], n: int,
+def _run_batched(session: Any, arrays: dict[str, Array], n: int | None,
                  batch: int, shown: str, whole: bool = False) -> dict[str, Array]:
     """Every row, ``batch`` at a time, each output concatenated along its batch axis; a
-    ``whole`` job runs every row in one call and keeps each output as it comes (a
-    tensor with no batch axis, such as an attention score laid out by head, or a scalar,
-    included). A scalar input goes whole to every call; a string output is kept as
-    fixed-width text (``storable``)."""
+    ``whole`` job feeds its inputs as they are in one call and keeps each output as it
+    comes (a tensor with no batch axis, such as an attention score laid out by head, or a
+    scalar, included; ``n`` is then the inputs' shared first axis or None). A scalar input
+    goes whole to every call; a string output is kept as fixed-width text (``storable``)."""
     import onnxruntime as ort
 
-    batch = n if whole else batch
+    rows = n or 1  # a whole job's inputs that share no first axis: one run of them
+    batch = rows if whole else batch
     names = [meta.name for meta in session.get_outputs()]
     for meta in session.get_outputs():
         if NARROW.search(str(meta.type)):
@@ -605,19 +611,19 @@ def _run_batched(session: Any, arrays: dict[str, Array], n: int,
                                   "as uint8); cast it to a wider type in the graph (kit audit "
                                   "does so itself)")
     chunks: dict[str, list[Array]] = {name: [] for name in names}
-    for start in range(0, n, batch):
-        feed = {key: value if value.ndim == 0 else value[start:start + batch]
+    for start in range(0, rows, batch):
+        feed = {key: value if value.ndim == 0 or whole else value[start:start + batch]
                 for key, value in arrays.items()}
         try:
             values = session.run(names, feed)
         except Exception as exc:  # onnxruntime raises its own unexported exception types
             raise JobError(shown, f"the model does not run under onnxruntime "
                                   f"{ort.__version__} (rows {start} to "
-                                  f"{min(start + batch, n) - 1}): "
+                                  f"{min(start + batch, rows) - 1}): "
                                   f"{_one_line(exc)}") from exc
         for name, value in zip(names, values, strict=True):
             value = storable(value, name, shown)
-            if not whole and (value.ndim == 0 or value.shape[0] != min(batch, n - start)):
+            if not whole and (value.ndim == 0 or value.shape[0] != min(batch, rows - start)):
                 raise JobError(shown, f"graph output {name!r} has no batch axis "
                                       f"(shape {value.shape}); it cannot be batched")
             chunks[name].append(value)
@@ -768,30 +774,31 @@ def run_jobs(jobs_file: Path, in_root: Path, out_root: Path) -> list[Path]:
 
 def _prepare(jobs: list[dict[str, Any]], outputs: list[Path], in_root: Path,
              session_for: Any, loaded: dict[Path, dict[str, Array]]
-             ) -> list[tuple[dict[str, Any], Path, Path, Path, int]]:
+             ) -> list[tuple[dict[str, Any], Path, Path, Path, int | None]]:
     """Each job's model, inputs, output and rows, every input file read once its headers
     fit the graph. A graph's inputs are the same at every level and thread count: each
-    model and inputs pair is checked once, on the first job's session, which the run then
-    reuses."""
+    model and inputs pair (batched or whole) is checked once, on the first job's session,
+    which the run then reuses."""
     declared: dict[Path, Declared] = {}
     counted: dict[Path, dict[str, int]] = {}  # of each inputs file: NaN or infinite values
-    checked: dict[tuple[Path, Path], int] = {}
+    checked: dict[tuple[Path, Path, bool], int | None] = {}
     prepared = []
     for job, output in zip(jobs, outputs, strict=True):
         model = _inside(in_root, job["model"], "model")
         inputs = _inside(in_root, job["inputs"], "inputs")
         if inputs not in declared:
             declared[inputs] = npz_headers(inputs, job["inputs"])
-        if (model, inputs) not in checked:
-            checked[model, inputs] = _check_inputs(session_for(model, job), declared[inputs],
-                                                   job["inputs"])
+        key = (model, inputs, job["whole"])
+        if key not in checked:
+            checked[key] = _check_inputs(session_for(model, job), declared[inputs],
+                                         job["inputs"], job["whole"])
         if inputs not in loaded:  # read only once the headers fit a graph
             loaded[inputs] = read_inputs(inputs, job["inputs"], declared[inputs], True)
         if inputs not in counted:
             counted[inputs] = nonfinite_counts(loaded[inputs])
         if not job["nonfinite"]:
             refuse_nonfinite(counted[inputs], job["inputs"])
-        prepared.append((job, model, inputs, output, checked[model, inputs]))
+        prepared.append((job, model, inputs, output, checked[key]))
     return prepared
 
 

@@ -65,3 +65,25 @@ def test_a_failed_floor_run_is_one_line_naming_the_file(workdir: Path, level: st
     assert message.endswith("(the floor run under ref)")
     assert "\n" not in message
     assert "Traceback" not in message
+
+
+def test_a_whole_job_is_timed_in_one_call_with_its_inputs_as_they_are(tmp_path: Path
+                                                                      ) -> None:
+    """A MatMul of (3, 4) and (4, 5) fixed by the graph: cut into runs of 2 rows the floor
+    feeds (2, 4), which onnxruntime refuses; as a whole job (the audit's), one call."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], "m",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 4]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(tmp_path / "m.onnx"))
+    np.savez(tmp_path / "ab.npz", a=np.ones((3, 4), np.float32), b=np.ones((4, 5), np.float32))
+    job = {"model": "m.onnx", "inputs": "ab.npz", "graph_optimization": "disable_all",
+           "batch_size": 2}
+    with pytest.raises(KitError, match="does not run the jobs"):
+        floor_seconds(get_runtime("ref"), [job], tmp_path)
+    assert floor_seconds(get_runtime("ref"), [{**job, "whole": True}], tmp_path) > 0

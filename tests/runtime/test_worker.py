@@ -474,6 +474,34 @@ def test_a_whole_job_keeps_an_output_without_a_batch_axis(tmp_path: Path) -> Non
                  tmp_path / "in", tmp_path / "c", "venv")
 
 
+def test_a_whole_job_feeds_inputs_that_share_no_first_axis_as_they_are(
+        tmp_path: Path) -> None:
+    """A MatMul of (3, 4) and (4, 5): a batched job refuses the two first axes, a whole
+    job feeds both as they are in one call (its record's ``n`` is then null)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])], "m",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, 4]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])])
+    (tmp_path / "in").mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                ir_version=8), str(tmp_path / "in" / "m.onnx"))
+    rng = np.random.default_rng(3)
+    a, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((3, 4), (4, 5)))
+    write_npz(tmp_path / "in" / "ab.npz", {"a": a, "b": b})
+    job = {"model": "m.onnx", "inputs": "ab.npz", "graph_optimization": "disable_all"}
+    with pytest.raises(WorkerFailed, match=r"inputs disagree on the batch size: \[3, 4\]"):
+        run_jobs(get_runtime("ref"), [{**job, "output": "a.npz"}], tmp_path / "in",
+                 tmp_path / "a", "venv")
+    (out,) = run_jobs(get_runtime("ref"), [{**job, "output": "b.npz", "whole": True}],
+                      tmp_path / "in", tmp_path / "b", "venv")
+    np.testing.assert_allclose(read_npz(out)["y"], a @ b, rtol=1e-5)
+    assert json.loads(meta_path(out).read_text())["n"] is None
+
+
 @pytest.mark.parametrize("runtime", ["ref", "cand"])
 def test_a_string_input_is_fed_as_fixed_width_text(tmp_path: Path, runtime: str) -> None:
     """A string input comes as numpy's fixed-width text (``storable``'s form, any width),
