@@ -54,7 +54,7 @@ from kit.paths import ROOT
 from kit.runfolder import CPU_TIMES, TRAINING_CACHE, Run, cpu_seconds, record_timing, say
 from kit.runlock import hold
 from kit.runtime.backends import describe_runtime
-from kit.runtime.runtimes import Runtime, release_runtime
+from kit.runtime.runtimes import Runtime, levels_offered, release_runtime
 from kit.runtime.scale import Batch, run_batches
 
 REALDRIFT = ROOT / "kit" / "protocols" / "realdrift.yaml"
@@ -116,6 +116,19 @@ def release_levels(runtimes: dict[str, Runtime], asked: list[str] | None,
                               f"{', '.join(offered)}")
         described[release] = {**said, "runtime": runtime.name, "swept": levels}
     return described
+
+
+def check_levels(chosen: list[str], asked: list[str] | None) -> None:
+    """A level asked for that a chosen release lacks, by ``releases.toml``'s [levels]
+    (``levels_offered``): a ConfigError before any model is trained or environment built
+    (``release_levels`` then checks each worker's own word)."""
+    for release in chosen:
+        offered = levels_offered(release)
+        lacking = [level for level in dict.fromkeys(asked or []) if level not in offered]
+        if lacking:
+            raise ConfigError(f"onnxruntime {release} offers no graph optimisation level "
+                              f"{', '.join(lacking)}; it offers {', '.join(offered)} "
+                              "(kit/runtime/releases.toml)")
 
 
 def thread_counts(protocol: dict[str, Any], threads: list[int] | None) -> list[int]:
@@ -296,6 +309,7 @@ def run_sweep(run_dir: Path, *, protocol_file: Path = REALDRIFT,
     drift = load_protocol(drift_protocol)
     chosen = choose_releases(protocol, releases)
     thread_counts(protocol, threads)  # before any model is trained or environment built
+    check_levels(chosen, levels)
     runtimes = {release: release_runtime(release) for release in chosen}
     with hold(run_dir) as root:
         run = Run(root)

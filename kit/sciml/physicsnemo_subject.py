@@ -29,6 +29,7 @@ from kit.sciml.mgn_train import Subject
 WORKER = Path(__file__).with_name("physicsnemo_worker.py")
 LOCK = ROOT / "locks" / "physicsnemo.lock"
 Array = np.ndarray[Any, Any]
+QUIT_WAIT_S = 60.0  # for a worker asked to quit, before it is killed
 
 
 class Remote:
@@ -96,16 +97,23 @@ class Remote:
     def eval(self) -> Remote:
         return self
 
-    def close(self) -> None:
-        """Ask the worker to quit and wait for it."""
-        if self.process.poll() is None:
+    def close(self, stopping: bool = False) -> None:
+        """Ask the worker to quit and wait for it, ``QUIT_WAIT_S`` at most before it is
+        killed; ``stopping`` (a stop or an error unwinding the caller): kill it at once,
+        since an answer it is still computing is no longer wanted (what it trained is in
+        the content-keyed cache already or not at all: written atomically)."""
+        if self.process.poll() is None and not stopping:
             try:
                 self._send(op="quit")
                 if self.process.stdin is not None:
                     self.process.stdin.close()
             except BrokenPipeError:
                 pass
-            self.process.wait(timeout=60)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=QUIT_WAIT_S)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None and not stream.closed:
                 with contextlib.suppress(BrokenPipeError):
@@ -114,5 +122,5 @@ class Remote:
     def __enter__(self) -> Remote:
         return self
 
-    def __exit__(self, *_: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, *_: object) -> None:
+        self.close(stopping=kind is not None)

@@ -115,7 +115,12 @@ def test_a_level_a_release_lacks_is_refused_before_any_job(
     with pytest.raises(ConfigError, match="offers no graph optimisation level enable_turbo"):
         run_sweep(tmp_path / "run", drift_protocol=swept[2], releases=RELEASES,
                   levels=["disable_all", "enable_turbo"], backend="venv", workers=1)
-    assert not (tmp_path / "run" / "sweep" / "cells").exists()
+    with pytest.raises(ConfigError, match=r"onnxruntime 1\.20\.1 offers no graph optimisation "
+                       r"level enable_layout; it offers disable_all, enable_basic, "
+                       r"enable_extended, enable_all \(kit/runtime/releases\.toml\)"):
+        run_sweep(tmp_path / "run", drift_protocol=swept[2], releases=RELEASES,
+                  levels=["enable_layout"], backend="venv", workers=1)
+    assert not (tmp_path / "run").exists()  # refused before the digits models are trained
 
 
 def test_polygraphy_judges_every_cell_on_its_own_outputs(

@@ -9,7 +9,9 @@ file of their own)."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,33 @@ def test_a_worker_that_dies_is_reported(tmp_path: Path) -> None:
     with Remote(Path(sys.executable), "no-such-backend") as net, \
             pytest.raises(KitError, match="ended without answering"):
         net.train(Subject(0, arch="kit"), _data(), 3, "test", cache=tmp_path)
+
+
+def test_a_stop_kills_the_worker_and_one_that_will_not_quit_is_killed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop (here Ctrl-C) unwinding through ``Remote`` kills its worker at once, where it
+    had asked it to quit and waited 60 s, then raised over the stop; a worker asked to quit
+    that does not is killed after ``QUIT_WAIT_S``, never left running."""
+    from kit.sciml import physicsnemo_subject
+
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\ntime.sleep(600)\n")
+    monkeypatch.setattr(physicsnemo_subject, "WORKER", hang)
+    started = time.monotonic()
+    net = Remote(Path(sys.executable))
+    with pytest.raises(KeyboardInterrupt):
+        _ctrl_c_inside(net)
+    assert net.process.returncode == -signal.SIGKILL
+    assert time.monotonic() - started < 30
+    monkeypatch.setattr(physicsnemo_subject, "QUIT_WAIT_S", 0.5)
+    with Remote(Path(sys.executable)) as net:
+        deaf = net.process
+    assert deaf.returncode == -signal.SIGKILL
+
+
+def _ctrl_c_inside(net: Remote) -> None:
+    with net:
+        raise KeyboardInterrupt
 
 
 PHYSICSNEMO = venv_python(cache_dir() / "venvs" / "physicsnemo")
