@@ -22,16 +22,23 @@ waits for its child on the thread that started it. Elsewhere than Linux no reque
 made, and only the check at start runs. A Docker worker is a ``docker run`` client whose
 container does not end with it: a stop (Ctrl-C, SIGTERM) kills the container by name
 (``kit.runtime.backends.stop_running``), a SIGKILL of the kit leaves it to run to its end;
-the ``venv`` backend is covered either way.
+the ``venv`` backend is covered either way. Every child a thread waits on (a worker, an
+environment's pip, an image's ``docker build``) is registered while it runs
+(``stoppable``), so a stop kills it before the threads are waited for (``stop_children``);
+a build runs in a process group of its own, killed whole (``run_stoppable``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
 
 PARENT = "KIT_PARENT_PID"
 PR_SET_PDEATHSIG = 1
@@ -96,3 +103,69 @@ def run_child(argv: list[str], **options: object) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
             raise
+
+
+# The children this process's threads wait on now (a worker, an environment's pip, an
+# image's docker build), each with what else a stop must kill (a worker's container).
+_TRACKED: dict[int, tuple[subprocess.Popen[Any], Callable[[], None] | None]] = {}
+_TRACKED_LOCK = threading.Lock()
+_STOPPING = threading.Event()  # set by ``stop_children``: a child started later is killed
+
+
+def _kill(proc: subprocess.Popen[Any], also: Callable[[], None] | None) -> None:
+    try:
+        if also is not None:
+            also()
+    finally:
+        if proc.poll() is None:
+            if getattr(proc, "kit_group", False):  # its own children (pip's builds) too
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
+
+
+@contextlib.contextmanager
+def stoppable(proc: subprocess.Popen[Any], also: Callable[[], None] | None = None
+              ) -> Iterator[None]:
+    """While the block runs, ``proc`` is a child a stop kills (``stop_children``), with
+    ``also`` (a container's kill) first; it is killed at once if the command is stopping
+    already (started by a thread as it stopped), and whenever an error or a stop leaves
+    the block. A child started with ``start_new_session=True`` and marked ``kit_group``
+    is killed with its process group."""
+    with _TRACKED_LOCK:
+        _TRACKED[proc.pid] = (proc, also)
+        stopping = _STOPPING.is_set()
+    try:
+        if stopping:
+            _kill(proc, also)
+        yield
+    except BaseException:
+        _kill(proc, also)
+        raise
+    finally:
+        with _TRACKED_LOCK:
+            _TRACKED.pop(proc.pid, None)
+
+
+def stop_children() -> None:
+    """Kill every child this process's threads wait on now (``stoppable``), and any a
+    thread starts later: the threads then end with a failed child. For a command that
+    stops (the process ends)."""
+    with _TRACKED_LOCK:
+        _STOPPING.set()
+        running = list(_TRACKED.values())
+    for proc, also in running:
+        _kill(proc, also)
+
+
+def run_stoppable(cmd: list[str], env: dict[str, str] | None = None,
+                  timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(cmd, capture_output=True, text=True)`` as a child a stop kills
+    with its process group (a build: pip, ``docker build``), so that a stop while a thread
+    builds does not wait for the build to end."""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env, start_new_session=True) as proc:
+        proc.kit_group = True  # type: ignore[attr-defined]
+        with stoppable(proc):
+            out, err = proc.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

@@ -51,6 +51,7 @@ from kit.drift.sweep_report import write_report
 from kit.errors import ConfigError, KitError
 from kit.files import canonical_json, load_npz, read_json, read_yaml, sha256, write_atomic
 from kit.paths import ROOT
+from kit.procs import stop_children
 from kit.runfolder import CPU_TIMES, TRAINING_CACHE, Run, cpu_seconds, record_timing, say
 from kit.runlock import hold
 from kit.runtime.backends import describe_runtime
@@ -101,10 +102,15 @@ def release_levels(runtimes: dict[str, Runtime], asked: list[str] | None,
                    backend: str | None) -> dict[str, dict[str, Any]]:
     """Each release's worker description and the levels swept on it; a level asked for
     that a release lacks is a ConfigError before any job. The workers answer (and missing
-    environments are built) up to one per core at a time."""
+    environments are built) up to one per core at a time; stopped (Ctrl-C, SIGTERM), the
+    builds and workers the threads wait on are killed before they are waited for."""
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        answers = list(pool.map(lambda runtime: describe_runtime(runtime, backend),
-                                runtimes.values()))
+        try:
+            answers = list(pool.map(lambda runtime: describe_runtime(runtime, backend),
+                                    runtimes.values()))
+        except KeyboardInterrupt:
+            stop_children()
+            raise
     described = {}
     for (release, runtime), said in zip(runtimes.items(), answers, strict=True):
         offered = list(said["levels"])

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.errors import BackendUnavailable, KitError, WorkerFailed
-from kit.procs import child_env
+from kit.procs import child_env, stop_children, stoppable
 from kit.runtime.docker import ensure_image
 from kit.runtime.runtimes import Runtime
 from kit.runtime.scratch import SHARED_FILE, scratch, temporary
@@ -214,29 +214,17 @@ def _run_container(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: Pa
     return result
 
 
-# The workers this process's threads wait on now, with the container of a docker one.
-_RUNNING: dict[int, tuple[subprocess.Popen[str], str | None]] = {}
-_RUNNING_LOCK = threading.Lock()
-_STOPPING = threading.Event()  # set by ``stop_running``: a worker started later is killed
-
-
-def _stop(proc: subprocess.Popen[str], container: str | None) -> None:
-    try:
-        if container is not None:  # a container outlives the client that started it
-            _kill_container(container)
-    finally:
-        proc.kill()
+def _stop(container: str | None) -> Callable[[], None] | None:
+    """What a stop kills beside a worker's client: its container, which outlives it."""
+    return None if container is None else lambda: _kill_container(container)
 
 
 def stop_running() -> None:
     """Kill every worker this process's threads wait on now, and their containers (module
-    docstring), and any a thread starts later: the threads then end with a failed worker.
-    For a command that stops (the process ends)."""
-    with _RUNNING_LOCK:
-        _STOPPING.set()
-        running = list(_RUNNING.values())
-    for proc, container in running:
-        _stop(proc, container)
+    docstring), and any a thread starts later, and every environment or image build a
+    thread waits on (``kit.procs.stop_children``): the threads then end with a failed
+    worker or build. For a command that stops (the process ends)."""
+    stop_children()
 
 
 def _stream(cmd: list[str], env: dict[str, str] | None,
@@ -247,24 +235,12 @@ def _stream(cmd: list[str], env: dict[str, str] | None,
     said = []
     container = cmd[cmd.index("--name") + 1] if cmd[:2] == ["docker", "run"] else None
     with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, env=env) as proc:
+                          text=True, env=env) as proc, stoppable(proc, _stop(container)):
         assert proc.stderr is not None
-        try:
-            with _RUNNING_LOCK:
-                _RUNNING[proc.pid] = (proc, container)
-                stopping = _STOPPING.is_set()
-            if stopping:  # started by a thread as the command stopped
-                _stop(proc, container)
-            for line in proc.stderr:
-                said.append(line)
-                if progress is not None and line.startswith("worker: progress"):
-                    progress(line.rstrip())
-        except BaseException:
-            _stop(proc, container)
-            raise
-        finally:
-            with _RUNNING_LOCK:
-                _RUNNING.pop(proc.pid, None)
+        for line in proc.stderr:
+            said.append(line)
+            if progress is not None and line.startswith("worker: progress"):
+                progress(line.rstrip())
     return proc.returncode, "".join(said)
 
 

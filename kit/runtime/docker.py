@@ -24,6 +24,7 @@ from typing import Any
 
 from kit.errors import ImageError
 from kit.paths import ROOT
+from kit.procs import run_stoppable
 from kit.runtime import worker
 from kit.runtime.runtimes import Runtime, get_runtime, load_runtimes
 from kit.runtime.venvs import _building, failure_tail  # one build lock for both backends
@@ -68,7 +69,7 @@ def check_image(runtime: Runtime) -> None:
 
 def _run(cmd: list[str], what: str, timeout: float | None = None) -> str:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = run_stoppable(cmd, timeout=timeout)  # a stop kills a build (kit.procs)
     except subprocess.TimeoutExpired as exc:
         raise ImageError(f"{what}: timed out after {timeout} s") from exc
     if proc.returncode != 0:

@@ -39,6 +39,7 @@ from kit.errors import ConfigError, EnvironmentFailed
 from kit.heartbeat import heartbeat, stderr_line
 from kit.locks import lock_requirements
 from kit.paths import ROOT, cache_dir
+from kit.procs import run_stoppable
 
 TOOLS_VENV = ROOT / ".venv"
 TOOLS_LOCK = ROOT / "locks" / "tools.lock"
@@ -77,7 +78,7 @@ def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> None:
     """Run one build command, a progress line every 30 s while it runs (a cold pip cache
     or a package compiled from source takes tens of minutes)."""
     with heartbeat(f"venvs: {what}"):
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        proc = run_stoppable(cmd, env)  # a stop kills it (and its compilers): kit.procs
     if proc.returncode != 0:
         raise EnvironmentFailed(f"{what} failed (exit {proc.returncode}):\n"
                                 + failure_tail(proc))

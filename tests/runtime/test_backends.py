@@ -314,6 +314,57 @@ def _bootstrap_pins(pip_list_json: str) -> set[str]:
             if p["name"].lower() in ("pip", "setuptools")}
 
 
+def test_a_stop_kills_an_environment_build_a_thread_waits_on_with_its_children(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A stop while a thread builds an environment (here a build command that starts a
+    child of its own, as pip starts a compiler, and both would run two minutes) kills the
+    build's process group, so the thread ends at once with the build failed; it had waited
+    for the build to end."""
+    import threading
+    import time
+
+    from kit import procs
+    from kit.errors import EnvironmentFailed
+    from kit.runtime import venvs
+
+    monkeypatch.setattr(procs, "_STOPPING", threading.Event())
+    child = tmp_path / "child.pid"
+    build = [sys.executable, "-c", "import os, subprocess, sys, time; "
+             "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+             f"open({str(child)!r}, 'w').write(str(c.pid)); time.sleep(120)"]
+    failed: list[BaseException] = []
+
+    def building() -> None:
+        try:
+            venvs._run(build, "building a test environment")
+        except EnvironmentFailed as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=building)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not child.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    backends.stop_running()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 30
+    assert "building a test environment failed (exit -9)" in str(failed[0])
+    pid = int(child.read_text())
+    for _ in range(100):  # the build's own child is gone too (killed with its group)
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            break
+        if state in "ZX":  # dead, not yet reaped by the init it was handed to
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the build's child {pid} still runs")
+    assert procs._TRACKED == {}
+
+
 def test_a_stop_kills_the_workers_threads_wait_on_and_any_started_after(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C or SIGTERM lands in the main thread while other threads wait on workers
@@ -322,14 +373,16 @@ def test_a_stop_kills_the_workers_threads_wait_on_and_any_started_after(
     import threading
     import time
 
-    monkeypatch.setattr(backends, "_STOPPING", threading.Event())
+    from kit import procs
+
+    monkeypatch.setattr(procs, "_STOPPING", threading.Event())
     sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
     found: list[tuple[int, str]] = []
     thread = threading.Thread(target=lambda: found.append(backends._stream(sleeper, None,
                                                                             None)))
     thread.start()
     deadline = time.monotonic() + 60
-    while not backends._RUNNING and time.monotonic() < deadline:
+    while not procs._TRACKED and time.monotonic() < deadline:
         time.sleep(0.05)
     started = time.monotonic()
     backends.stop_running()
@@ -338,4 +391,4 @@ def test_a_stop_kills_the_workers_threads_wait_on_and_any_started_after(
     assert found == [(-9, "")]
     assert backends._stream(sleeper, None, None) == (-9, "")
     assert time.monotonic() - started < 30
-    assert backends._RUNNING == {}
+    assert procs._TRACKED == {}

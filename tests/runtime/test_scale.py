@@ -158,10 +158,11 @@ def test_a_stop_while_a_failed_batch_waits_for_the_others_kills_them(
     import threading
     import time
 
+    from kit import procs
     from kit.procs import Stopped
     from kit.runtime import backends
 
-    monkeypatch.setattr(backends, "_STOPPING", threading.Event())
+    monkeypatch.setattr(procs, "_STOPPING", threading.Event())
     sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
 
     def run(batch: Batch, *where: object) -> int:
@@ -185,4 +186,4 @@ def test_a_stop_while_a_failed_batch_waits_for_the_others_kills_them(
         timer.cancel()
         signal.signal(signal.SIGUSR1, previous)
     assert time.monotonic() - started < 60
-    assert backends._RUNNING == {}
+    assert procs._TRACKED == {}
