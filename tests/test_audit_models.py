@@ -12,14 +12,15 @@ import json
 import os
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 import pytest
 
-from kit.audit.model import load_protocol
+from kit.audit.model import Cell, load_protocol
 from kit.audit.models import export
-from kit.audit.screen import matches
+from kit.audit.screen import decides, matches, matching_chains, screen
 from kit.corpus.cases import CASES
 from tests.test_audit import PAIR, audit
 
@@ -151,12 +152,13 @@ def test_no_deciding_pattern_matches_a_public_model() -> None:
     (LayerNormalization, Max, Resize nearest...), which is why they are advisory."""
     models = public_models()
     assert len(models) > 1500
-    deciding = {(name, case) for name, model in models.items()
-                for case, pattern in PATTERNS.items() if pattern["decides"]
-                and matches(model, pattern)}
+    found = {(name, case): chains for name, model in models.items()
+             for case, pattern in PATTERNS.items()
+             if (chains := matching_chains(model, pattern))}
+    deciding = {(name, case) for (name, case), chains in found.items()
+                if decides(models[name], PATTERNS[case], chains)}
     assert deciding == set()
-    advisory = {case for model in models.values() for case, pattern in PATTERNS.items()
-                if not pattern["decides"] and matches(model, pattern)}
+    advisory = {case for _, case in found}
     assert {"layernorm-large-mean", "minmax-nan", "resize-nearest-tie"} <= advisory
 
 
@@ -200,6 +202,44 @@ def test_a_deciding_pattern_reads_the_trigger_not_only_the_op() -> None:
     for case, without, with_trigger in held:
         assert matches(without, PATTERNS[case]) == [], case
         assert matches(with_trigger, PATTERNS[case]), case
+
+
+@pytest.mark.parametrize(("scale", "output", "decided"), [
+    (np.full((1, 1, 1), 0.5, np.float32), [4, 3], True),  # the defect's trigger
+    (np.full((1, 1), 0.5, np.float32), [4, 3], False),  # the output's own rank: no change
+    (np.array(0.5, np.float32), [4, 3], False),  # a scalar
+    (np.full((1, 1, 3), 0.5, np.float32), [4, 3], False),  # three values
+    (np.full((1, 1, 1), 0.5, np.float64), [4, 3], False),  # not the fused node's type
+    (None, [4, 3], False),  # the scale is an input: no constant to read
+    (np.full((1, 1, 1), 0.5, np.float32), None, False),  # no rank inferred
+])
+def test_an_advisory_pattern_decides_only_on_its_exact_trigger(
+        scale: Any, output: list[int] | None, decided: bool) -> None:
+    """``matmul-scale-leading-dims`` matches every MatMul into a Mul (advisory) and decides
+    where the Mul's other input is a float32 constant of one value with more dimensions
+    than the MatMul's output, as onnx's shape inference gives it (protocol version 7)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    elem = TensorProto.DOUBLE if scale is not None and scale.dtype == np.float64 \
+        else TensorProto.FLOAT
+    x = helper.make_tensor_value_info("x", elem, [4, 5] if output else None)
+    inputs = [x] if scale is not None else [x, helper.make_tensor_value_info("s", elem, [])]
+    inits = [numpy_helper.from_array(np.ones((5, 3), helper.tensor_dtype_to_np_dtype(elem)),
+                                     "w")]
+    inits += [numpy_helper.from_array(scale, "s")] if scale is not None else []
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"], name="matmul"),
+         helper.make_node("Mul", ["m", "s"], ["y"], name="mul")], "g", inputs,
+        [helper.make_tensor_value_info("y", elem, None)], inits),
+        opset_imports=[helper.make_opsetid("", 13)])
+    pattern = PATTERNS["matmul-scale-leading-dims"]
+    chains = matching_chains(model, pattern)
+    assert [[n.name for n in chain] for chain in chains] == [["matmul", "mul"]]
+    assert decides(model, pattern, chains) is decided
+    row = next(r for r in screen(model, {"from": Cell("1.20.1", "enable_all"),
+                                         "to": Cell("1.29.0", "enable_all")}, PROTOCOL)
+               if r["case"] == "matmul-scale-leading-dims")
+    assert (row["decides"], row["from"], row["to"]) == (decided, "affected", "fixed")
 
 
 def test_a_shape_a_release_changes_on_one_side_only_is_beyond_and_named() -> None:

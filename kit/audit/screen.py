@@ -8,7 +8,9 @@ end differ, ``empty_axes`` for an axes input absent or empty, ``exponent_not`` f
 exponent other than a constant of that value, ``constant_zero`` for a Pad of constant zeros;
 ``min_opset`` the model's default-domain opset. A pattern ``decides`` only where it holds
 the defect's whole static trigger; a broader one (the trigger lies in the data, or in shapes
-the screen does not read) is ``advisory``: shown with its reason, never the exit code. The
+the screen does not read) is ``advisory``: shown with its reason, never the exit code,
+unless one of its chains holds the exact trigger its ``decides_when`` names (``TRIGGERS``:
+a comparison of shapes that onnx's shape inference gives). The
 releases, level, issue and fixing pull request come from the case itself
 (``kit/corpus/cases``).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import onnx
 from onnx import helper
 
@@ -85,6 +88,12 @@ def _node_matches(node: onnx.NodeProto, spec: dict[str, Any], fixed: dict[str, A
 
 def matches(model: onnx.ModelProto, pattern: dict[str, Any]) -> list[list[str]]:
     """Every chain of node names in ``model`` that holds ``pattern``."""
+    return [[n.name or n.output[0] for n in c] for c in matching_chains(model, pattern)]
+
+
+def matching_chains(model: onnx.ModelProto, pattern: dict[str, Any]
+                    ) -> list[list[onnx.NodeProto]]:
+    """Every chain of nodes in ``model`` that holds ``pattern``."""
     if _opset(model) < pattern.get("min_opset", 0):
         return []
     nodes = list(model.graph.node)
@@ -105,8 +114,50 @@ def matches(model: onnx.ModelProto, pattern: dict[str, Any]) -> list[list[str]]:
             current = after[0]
             chain.append(current)
         if len(chain) == len(chain_spec):
-            found.append([n.name or n.output[0] for n in chain])
+            found.append(chain)
     return found
+
+
+def ranks(model: onnx.ModelProto) -> dict[str, int]:
+    """Each tensor's rank where onnx's shape inference knows it (none where it fails)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # onnx raises its own kinds; no rank is then known
+        return {}
+    return {v.name: len(v.type.tensor_type.shape.dim) for v in
+            [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]
+            if v.type.tensor_type.HasField("shape")}
+
+
+def scale_rank_over_output(chain: list[onnx.NodeProto], fixed: dict[str, Any],
+                           known: dict[str, int]) -> bool:
+    """MatMulScaleFusion's whole trigger on a MatMul into a Mul: the Mul's other input is
+    a float32 constant of one value with more dimensions than the MatMul's output (whose
+    rank shape inference gives), which the affected releases fold into a FusedMatMul of
+    the MatMul's rank (``matmul-scale-leading-dims``)."""
+    matmul, mul = chain
+    other = [t for t in mul.input if t != matmul.output[0]]
+    scale = fixed.get(other[0]) if len(other) == 1 else None
+    rank = known.get(matmul.output[0])
+    return scale is not None and rank is not None and scale.size == 1 \
+        and scale.dtype == np.float32 and scale.ndim > rank
+
+
+# The exact triggers a broad pattern decides on where a chain holds one (``decides_when``).
+TRIGGERS = {"scale_rank_over_output": scale_rank_over_output}
+
+
+def decides(model: onnx.ModelProto, pattern: dict[str, Any],
+            chains: list[list[onnx.NodeProto]]) -> bool:
+    """Whether the pattern's match decides: always for ``decides: true``; for an advisory
+    pattern with ``decides_when``, where one of its chains holds that exact trigger."""
+    if pattern["decides"]:
+        return True
+    rule = pattern.get("decides_when")
+    if rule is None:
+        return False
+    fixed, known = constants(model), ranks(model)
+    return any(TRIGGERS[rule](chain, fixed, known) for chain in chains)
 
 
 def affected(case: Any, cell: Cell) -> str:
@@ -128,11 +179,12 @@ def screen(model: onnx.ModelProto, sides: dict[str, Cell], protocol: dict[str, A
     patterns = protocol["screen"]["patterns"]
     rows = []
     for case in CASES:
-        where = matches(model, patterns[case.id])
-        if where:
+        chains = matching_chains(model, patterns[case.id])
+        if chains:
             rows.append({"case": case.id, "title": case.title, "issue": case.issue,
-                         "pr": case.pr, "level": case.level, "nodes": where,
-                         "decides": bool(patterns[case.id]["decides"]),
+                         "pr": case.pr, "level": case.level,
+                         "nodes": [[n.name or n.output[0] for n in c] for c in chains],
+                         "decides": decides(model, patterns[case.id], chains),
                          "advisory": patterns[case.id].get("advisory", ""),
                          "fixed_in": case.fixed[0] if case.fixed else None,
                          **{side: affected(case, cell) for side, cell in sides.items()}})
