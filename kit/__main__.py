@@ -20,12 +20,41 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
-from kit.cli import parser as build_parser
-from kit.errors import KitError, missing_module, path_problem
-from kit.procs import die_with_parent
+# ``python -m kit verify`` runs itself again isolated (``kit.claims.isolation``) before it
+# reads another kit module: this file and the package's ``__init__`` are all a first start
+# has read when it is replaced.
+FLAGS = ("-I", "-S", "--check-hash-based-pycs", "always")
+BOOT = Path(__file__).resolve().parent / "claims" / "boot.py"  # the second start
+
+
+def isolated() -> bool:
+    """Whether this process runs as ``reexec`` starts it (``FLAGS``)."""
+    import _imp
+
+    return bool(sys.flags.isolated and sys.flags.no_site) \
+        and _imp.check_hash_based_pycs == "always"
+
+
+def reexec(argv: list[str]) -> None:
+    """``python -m kit verify ...`` started otherwise than isolated: replaced, at once, by
+    the same command under ``FLAGS`` (``kit.claims.isolation``). Other commands run as
+    they are."""
+    if len(argv) < 2 or argv[1] != "verify" or isolated():
+        return
+    os.execv(sys.executable, [sys.executable, *FLAGS, str(BOOT), *argv[1:]])
+
+
+if __name__ == "__main__":
+    reexec(sys.argv)
+
+from kit.cli import parser as build_parser  # noqa: E402 (after the verify restart)
+from kit.errors import KitError, missing_module, path_problem  # noqa: E402
+from kit.procs import die_with_parent  # noqa: E402
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -307,9 +336,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from kit.claims.isolation import reexec
     from kit.procs import stop_on_sigterm
 
-    reexec(sys.argv)  # verify runs itself again, isolated (kit.claims.isolation)
     stop_on_sigterm()
     sys.exit(main())

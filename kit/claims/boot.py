@@ -1,4 +1,4 @@
-"""The isolated start of ``python -m kit verify`` (``kit.claims.isolation.reexec``).
+"""The isolated start of ``python -m kit verify`` (``kit.__main__.reexec``).
 
 Run as a script under ``python -I -S --check-hash-based-pycs always``, it loads the kit
 from the folder it sits in and the libraries from the interpreter's site folders (its

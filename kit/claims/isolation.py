@@ -21,8 +21,9 @@ Checks made inside a process cannot see through code that ran before them and hi
 folder that shadows the standard library and puts the real one back, a ``.pth`` start-up
 file that runs code and hides itself from a listing). So ``python -m kit verify`` runs
 itself again, at once, as ``python -I -S --check-hash-based-pycs always kit/claims/boot.py``
-(``reexec``): isolated (no ``PYTHON*`` variable, no user site folder, not the current
-folder on ``sys.path``), with no ``.pth`` file run (``-S``; ``kit.claims.boot`` puts the
+(``kit.__main__.reexec``, before it reads any kit module but ``kit`` and ``kit.__main__``):
+isolated (no ``PYTHON*`` variable, no user site folder, not the current folder on
+``sys.path``), with no ``.pth`` file run (``-S``; ``kit.claims.boot`` puts the
 site folders on the path itself and loads the ``kit`` package from the very folder the
 first process found it in; a ``.pth`` file that would run code is then named by
 ``kit.claims.installed``) and reading no compiled cache it has not checked against its
@@ -44,26 +45,6 @@ VARIABLES = {"PYTHONPATH": "puts its folders ahead of the installed kit and libr
              "PYTHONHOME": "replaces the interpreter's standard library",
              "PYTHONUSERBASE": "adds a user site folder whose .pth files run at start"}
 HOOKS = ("sitecustomize", "usercustomize")
-
-
-FLAGS = ("-I", "-S", "--check-hash-based-pycs", "always")
-BOOT = Path(__file__).resolve().with_name("boot.py")  # the second start (``kit.claims.boot``)
-
-
-def isolated() -> bool:
-    """Whether this process runs as ``reexec`` starts it (``FLAGS``)."""
-    import _imp
-
-    return bool(sys.flags.isolated and sys.flags.no_site) \
-        and _imp.check_hash_based_pycs == "always"
-
-
-def reexec(argv: list[str]) -> None:
-    """``python -m kit verify ...`` started otherwise than isolated: replaced, at once, by
-    the same command under ``FLAGS`` (module docstring). Other commands run as they are."""
-    if len(argv) < 2 or argv[1] != "verify" or isolated():
-        return
-    os.execv(sys.executable, [sys.executable, *FLAGS, str(BOOT), *argv[1:]])
 
 
 def unchecked_caches(package: Path) -> list[str]:

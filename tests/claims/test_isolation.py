@@ -102,7 +102,7 @@ def test_verify_runs_itself_again_isolated_so_a_shadow_module_never_runs(
         tmp_path: Path) -> None:
     """A module of the current folder named like the standard library's (``bz2``, which
     reading an .npz imports) that puts the real one back after it ran: the isolated second
-    start (``kit.claims.isolation.reexec``) never imports it."""
+    start (``kit.__main__.reexec``) never imports it."""
     (tmp_path / "bz2.py").write_text(
         "import pathlib, sys, sysconfig, importlib.util\n"
         f"pathlib.Path({str(tmp_path / 'ran')!r}).write_text('the shadow ran')\n"
@@ -116,6 +116,22 @@ def test_verify_runs_itself_again_isolated_so_a_shadow_module_never_runs(
                           env=_clean_env(), check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not (tmp_path / "ran").exists()
+
+
+def test_the_first_start_imports_no_kit_module_but_the_package() -> None:
+    """``-X importtime`` lists every import of the first start (the second is started
+    without it): of the kit, only the package, whose ``__init__`` and ``__main__`` run
+    (``kit.__main__.reexec`` comes before the command line's imports); it had imported
+    ``kit.cli``, ``kit.errors``, ``kit.procs``, ``kit.claims`` and
+    ``kit.claims.isolation`` too, each a file whose compiled cache ran unchecked there."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "kit", "verify",
+                           "--claim", "A-052"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=_clean_env(), check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line}
+    assert "numpy" not in imported  # the second start computed, silently
+    assert {name for name in imported if name.split(".")[0] == "kit"} == {"kit"}
 
 
 def test_a_compiled_cache_python_runs_unread_is_named(tmp_path: Path) -> None:
@@ -224,7 +240,7 @@ def test_the_second_start_typed_by_hand_answers(tmp_path: Path) -> None:
     offers it to a reviewer who leaves nothing to a first start: from any folder, in an
     interpreter whose base holds ``.pth`` files of its own (they are not the venv's and
     are not named), it answers OK."""
-    from kit.claims.isolation import BOOT, FLAGS
+    from kit.__main__ import BOOT, FLAGS
 
     proc = subprocess.run([sys.executable, *FLAGS, str(BOOT), "verify", "--claim", "A-052"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600,
@@ -254,7 +270,7 @@ def test_a_process_the_second_start_spawns_imports_the_same_kit(tmp_path: Path) 
     (a Dask worker of ``verify --replay``, which waited for ever when it could not import
     the kit) finds the kit through the folder ``kit.claims.boot.set_path`` puts last on the
     path, and the libraries through the site folders."""
-    from kit.claims.isolation import BOOT, FLAGS
+    from kit.__main__ import BOOT, FLAGS
 
     script = tmp_path / "spawn.py"
     script.write_text(SPAWNED)
