@@ -25,7 +25,7 @@ container does not end with it: a stop (Ctrl-C, SIGTERM) kills the container by 
 the ``venv`` backend is covered either way. Every child a thread waits on (a worker, an
 environment's pip, an image's ``docker build``) is registered while it runs
 (``stoppable``), so a stop kills it before the threads are waited for (``stop_children``);
-a build runs in a process group of its own, killed whole (``run_stoppable``).
+a build is killed with every process below it (``run_stoppable``).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 PARENT = "KIT_PARENT_PID"
@@ -112,16 +113,35 @@ _TRACKED_LOCK = threading.Lock()
 _STOPPING = threading.Event()  # set by ``stop_children``: a child started later is killed
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children...), from ``/proc``; none
+    where there is no ``/proc`` to read."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):  # a process that ended while it was read
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        below = parents.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
 def _kill(proc: subprocess.Popen[Any], also: Callable[[], None] | None) -> None:
     try:
         if also is not None:
             also()
     finally:
         if proc.poll() is None:
-            if getattr(proc, "kit_group", False):  # its own children (pip's builds) too
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-            proc.kill()
+            below = descendants(proc.pid)
+            proc.kill()  # first, so that it starts no more
+            for pid in below:  # its own children (a compiler pip started) too
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager
@@ -130,12 +150,12 @@ def stoppable(proc: subprocess.Popen[Any], also: Callable[[], None] | None = Non
     """While the block runs, ``proc`` is a child a stop kills (``stop_children``), with
     ``also`` (a container's kill) first; it is killed at once if the command is stopping
     already (started by a thread as it stopped), and whenever an error or a stop leaves
-    the block. A child started with ``start_new_session=True`` and marked ``kit_group``
-    is killed with its process group."""
-    with _TRACKED_LOCK:
-        _TRACKED[proc.pid] = (proc, also)
-        stopping = _STOPPING.is_set()
+    the block. It is killed with every process below it (a compiler pip started, a
+    command a shell runs), which could hold its pipes open."""
     try:
+        with _TRACKED_LOCK:
+            _TRACKED[proc.pid] = (proc, also)
+            stopping = _STOPPING.is_set()
         if stopping:
             _kill(proc, also)
         yield
@@ -161,11 +181,11 @@ def stop_children() -> None:
 def run_stoppable(cmd: list[str], env: dict[str, str] | None = None,
                   timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(cmd, capture_output=True, text=True)`` as a child a stop kills
-    with its process group (a build: pip, ``docker build``), so that a stop while a thread
-    builds does not wait for the build to end."""
+    with every process below it (a build: pip and the compilers it starts, ``docker
+    build``), so that a stop while a thread builds does not wait for the build to end. It
+    stays in the kit's process group, so that a terminal's Ctrl-C or hang-up reaches it
+    as it reaches the kit (a Dask worker process's build included)."""
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=env, start_new_session=True) as proc:
-        proc.kit_group = True  # type: ignore[attr-defined]
-        with stoppable(proc):
-            out, err = proc.communicate(timeout=timeout)
+                          env=env) as proc, stoppable(proc):
+        out, err = proc.communicate(timeout=timeout)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

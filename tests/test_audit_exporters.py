@@ -307,6 +307,30 @@ def test_input_sets_are_checked_before_anything_runs_and_a_failing_set_is_named(
     assert "Traceback" not in proc.stderr
 
 
+def test_an_output_whose_shape_varies_between_sets_leaves_the_others_judged() -> None:
+    """The reference implementation on input sets: a Reshape to each set's own shape
+    gives (2, 3) for one set and (3, 2) for the next, which no stacked output matches, so
+    that output is "cannot tell"; the unrelated Neg beside it is still judged (the
+    stacking had failed for the whole model: ``ran`` false, no output judged)."""
+    from kit.audit.oracle import judge_sides
+
+    model = h.make_model(h.make_graph(
+        [h.make_node("Reshape", ["x", "s"], ["y"]), h.make_node("Neg", ["z"], ["w"])], "g",
+        [h.make_tensor_value_info("x", T.FLOAT, [6]), h.make_tensor_value_info("s", T.INT64, [2]),
+         h.make_tensor_value_info("z", T.FLOAT, [1])],
+        [h.make_tensor_value_info("y", T.FLOAT, None),
+         h.make_tensor_value_info("w", T.FLOAT, None)]),
+        opset_imports=[h.make_opsetid("", 17)])
+    sets = {"x": np.ones((4, 6), np.float32), "z": np.ones((4, 1), np.float32),
+            "s": np.array([[2, 3], [3, 2], [2, 3], [3, 2]], np.int64)}
+    whole = np.ones((1, 1, 24), np.float32)  # as the audit compares such an output
+    found = judge_sides(model, sets, {"y": whole, "w": -np.ones((4, 1), np.float32)},
+                        {"y": whole, "w": np.full((4, 1), -2.0, np.float32)}, True)
+    assert found["ran"], found
+    assert found["outputs"]["y"]["closer"].startswith("cannot tell (the reference's shape")
+    assert found["outputs"]["w"]["closer"] == "from"
+
+
 def _npz(tmp: Path, **arrays: Any) -> Path:
     np.savez(tmp / "given.npz", **arrays)
     return tmp / "given.npz"

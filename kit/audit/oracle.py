@@ -55,11 +55,11 @@ def widened(model: Any) -> Any:
 
 
 def oracle_outputs(model: Any, feeds: dict[str, Array], wanted: Any = None,
-                   sets: bool = False) -> tuple[dict[str, Array], str]:
+                   sets: bool = False) -> tuple[dict[str, Array | None], str]:
     """The reference implementation's outputs for ``feeds`` (in runs of the model's fixed
     first axis, one input at a time where it is dynamic, one input set at a time with
-    ``sets``, its outputs stacked on a new first axis) and the precision it ran in; only
-    the ``wanted`` outputs (default: all), which must carry a batch axis."""
+    ``sets``, its outputs stacked on a new first axis: ``joined``) and the precision it
+    ran in; only the ``wanted`` outputs (default: all), which must carry a batch axis."""
     from onnx.reference import ReferenceEvaluator
 
     names = [o.name for o in model.graph.output if wanted is None or o.name in wanted]
@@ -74,13 +74,21 @@ def oracle_outputs(model: Any, feeds: dict[str, Array], wanted: Any = None,
                                          v.dtype == np.float32 else v)
                                      for k, v in part.items()})
                 for part in _parts(feeds, n - n % step, step, sets)]
-            join = np.stack if sets else np.concatenate
-            return {name: join([np.asarray(r[j]) for r in runs])
+            return {name: joined([np.asarray(r[j]) for r in runs], sets)
                     for j, name in enumerate(names)}, precision
         except Exception as exc:  # onnx.reference raises many kinds; the first says why
             if error == "no precision ran":
                 error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     raise OracleFailed(error)
+
+
+def joined(runs: list[Array], sets: bool) -> Array | None:
+    """One output's runs in input order: concatenated, or with ``sets`` stacked on a new
+    first axis; None where the sets' shapes differ (a shape that follows each set's data),
+    which no side's stacked output can be compared with (``judge_sides``)."""
+    if not sets:
+        return np.concatenate(runs)
+    return np.stack(runs) if len({r.shape for r in runs}) == 1 else None
 
 
 def _parts(feeds: dict[str, Array], n: int, step: int, sets: bool
@@ -158,8 +166,13 @@ def judge_sides(model: Any, arrays: dict[str, Array], from_outputs: dict[str, Ar
         return {"ran": False, "why": f"onnx.reference could not run the model ({exc})",
                 "inputs": n, "outputs": {}}
     return {"ran": True, "precision": precision, "inputs": n, "outputs": {
-        name: which_side(oracle[name], from_outputs[name][-n:], to_outputs[name][-n:])
+        name: VARIES if (found := oracle[name]) is None else
+        which_side(found, from_outputs[name][-n:], to_outputs[name][-n:])
         for name in oracle if name in from_outputs and name in to_outputs}}
+
+
+VARIES = {"from_error": None, "to_error": None,
+          "closer": "cannot tell (the reference's shape of it varies between input sets)"}
 
 
 def spec_shapes(model: Any, inputs: dict[str, tuple[int, ...]]) -> dict[str, list[int] | None]:

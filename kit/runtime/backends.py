@@ -117,7 +117,7 @@ def _docker_command(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: P
     uid = os.getuid()
     user = f"{CONTAINER_UID}:{CONTAINER_UID}" if uid == 0 else f"{uid}:{os.getgid()}"
     return [
-        "docker", "run", "--rm", "--name", f"kit-{os.getpid()}-{uuid.uuid4().hex[:12]}",
+        "docker", "run", "--rm", "--name", container_name(),
         "--label", f"kit.parent={os.getpid()}", "--label", f"kit.host={process_space()}",
         "--network", "none", "--read-only", "--cap-drop", "ALL",
         "--security-opt", "no-new-privileges", "--tmpfs", "/tmp:rw,size=64m",
@@ -126,6 +126,11 @@ def _docker_command(runtime: Runtime, jobs_dir: Path, in_root: Path, out_root: P
         "-v", f"{out_root}:/kit/out:rw", runtime.image,
         "--jobs", "/kit/jobs/jobs.json", "--in-root", "/kit/in", "--out-root", "/kit/out",
     ]
+
+
+def container_name() -> str:
+    """A worker container's name, ``kit-<pid>-<random>``: a stop kills it by name."""
+    return f"kit-{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
@@ -267,22 +272,27 @@ def describe_runtime(runtime: Runtime, backend: str | None = None) -> dict[str, 
     """Ask the runtime's own worker which onnxruntime it holds and which graph optimisation
     levels that release offers (``worker.py --describe``); a worker that is not the lock's
     release is refused."""
-    chosen = select_backend(backend)
+    chosen, container = select_backend(backend), None
     if chosen == "docker":
         ensure_image(runtime)
-        cmd = ["docker", "run", "--rm", "--network", "none", "--read-only", "--cap-drop",
-               "ALL", runtime.image, "--describe"]
+        container = container_name()
+        cmd = ["docker", "run", "--rm", "--name", container, "--label",
+               f"kit.parent={os.getpid()}", "--label", f"kit.host={process_space()}",
+               "--network", "none", "--read-only", "--cap-drop", "ALL", runtime.image,
+               "--describe"]
     else:
         cmd = [str(ensure_runtime(runtime.name)), "-I", str(WORKER), "--describe"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=worker_env(chosen))
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=worker_env(chosen)) as proc, stoppable(proc, _stop(container)):
+        out, err = proc.communicate()  # a stop kills it (and its container)
     if proc.returncode != 0:
         raise WorkerFailed(f"{runtime.name} worker ({chosen}) --describe failed: "
-                           + "\n".join(proc.stderr.strip().splitlines()[-5:]), proc.stderr)
-    described: dict[str, Any] = json.loads(proc.stdout)
+                           + "\n".join(err.strip().splitlines()[-5:]), err)
+    described: dict[str, Any] = json.loads(out)
     if described.get("onnxruntime") != runtime.onnxruntime:
         raise WorkerFailed(f"{runtime.name} worker ({chosen}) runs onnxruntime "
                            f"{described.get('onnxruntime')}, not {runtime.onnxruntime} "
-                           f"({runtime.lock})", proc.stderr)
+                           f"({runtime.lock})", err)
     return described
 
 

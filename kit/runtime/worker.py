@@ -548,7 +548,7 @@ def refuse_nonfinite(counts: dict[str, int], shown: str) -> None:
 def _check_inputs(session: Any, declared: Declared, shown: str, whole: bool) -> int | None:
     """Names, dtypes and static dims must match the graph; returns the batch size N, the
     first axis every input but a declared scalar shares. A ``whole`` job feeds its inputs
-    as they are, so they need share none (N is then None)."""
+    as they are, so they need share none (N is None where they share none)."""
     wanted = {meta.name: meta for meta in session.get_inputs()}
     missing = sorted(set(wanted) - set(declared))
     extra = sorted(set(declared) - set(wanted))

@@ -234,13 +234,28 @@ def test_describe_reaches_the_daemon_that_docker_host_names(
     monkeypatch.setattr(backends, "ensure_runtime", lambda name: Path("/env/bin/python"))
     seen: list[dict[str, str] | None] = []
 
-    def run(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        env = kwargs["env"]
-        seen.append(dict(env) if isinstance(env, dict) else None)
-        reply = json.dumps({"onnxruntime": get_runtime("ref").onnxruntime})
-        return subprocess.CompletedProcess(cmd, 0, reply, "")
+    class Answered:
+        """A worker that answered its ``--describe`` at once, as ``Popen`` gives it."""
 
-    monkeypatch.setattr(backends.subprocess, "run", run)
+        pid, returncode = 2 ** 22 + 1, 0  # past every pid: a kill would reach no one
+
+        def __init__(self, cmd: list[str], **kwargs: object) -> None:
+            env = kwargs["env"]
+            seen.append(dict(env) if isinstance(env, dict) else None)
+
+        def __enter__(self) -> Answered:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            pass
+
+        def poll(self) -> int:
+            return 0
+
+        def communicate(self) -> tuple[str, str]:
+            return json.dumps({"onnxruntime": get_runtime("ref").onnxruntime}), ""
+
+    monkeypatch.setattr(backends.subprocess, "Popen", Answered)
     backends.describe_runtime(get_runtime("ref"), backend)
     if backend == "docker":  # inherited: the client reads DOCKER_HOST from os.environ
         assert seen == [None]
@@ -318,8 +333,8 @@ def test_a_stop_kills_an_environment_build_a_thread_waits_on_with_its_children(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A stop while a thread builds an environment (here a build command that starts a
     child of its own, as pip starts a compiler, and both would run two minutes) kills the
-    build's process group, so the thread ends at once with the build failed; it had waited
-    for the build to end."""
+    build with every process below it, so the thread ends at once with the build failed;
+    it had waited for the build to end."""
     import threading
     import time
 
@@ -352,7 +367,7 @@ def test_a_stop_kills_an_environment_build_a_thread_waits_on_with_its_children(
     assert time.monotonic() - started < 30
     assert "building a test environment failed (exit -9)" in str(failed[0])
     pid = int(child.read_text())
-    for _ in range(100):  # the build's own child is gone too (killed with its group)
+    for _ in range(100):  # the build's own child is gone too (killed below it)
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except FileNotFoundError:
@@ -362,6 +377,43 @@ def test_a_stop_kills_an_environment_build_a_thread_waits_on_with_its_children(
         time.sleep(0.05)
     else:
         pytest.fail(f"the build's child {pid} still runs")
+    assert procs._TRACKED == {}
+
+
+def test_a_stop_kills_a_describe_query_a_thread_waits_on(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The sweep asks every release's worker for its levels from a pool of threads; a stop
+    kills a worker that has not answered (here one that would take two minutes), so the
+    thread ends at once: it had run to its end."""
+    import threading
+    import time
+
+    from kit import procs
+
+    monkeypatch.setattr(procs, "_STOPPING", threading.Event())
+    slow = tmp_path / "python"
+    slow.write_text("#!/bin/sh\nsleep 120\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(backends, "ensure_runtime", lambda name: slow)
+    failed: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            backends.describe_runtime(get_runtime("ref"), "venv")
+        except WorkerFailed as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not procs._TRACKED and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    backends.stop_running()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 30
+    assert "ref worker (venv) --describe failed" in str(failed[0])
     assert procs._TRACKED == {}
 
 
