@@ -21,7 +21,7 @@ Linux delivers the signal when the *thread* that started the child ends; every s
 waits for its child on the thread that started it. Elsewhere than Linux no request is
 made, and only the check at start runs. A Docker worker is a ``docker run`` client whose
 container does not end with it: a stop (Ctrl-C, SIGTERM) kills the container by name
-(``kit.runtime.backends.stop_running``), a SIGKILL of the kit leaves it to run to its end;
+(``stop_children``), a SIGKILL of the kit leaves it to run to its end;
 the ``venv`` backend is covered either way. Every child a thread waits on (a worker, an
 environment's pip, an image's ``docker build``) is registered while it runs
 (``stoppable``), so a stop kills it before the threads are waited for (``stop_children``);
@@ -179,13 +179,15 @@ def stop_children() -> None:
 
 
 def run_stoppable(cmd: list[str], env: dict[str, str] | None = None,
-                  timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+                  timeout: float | None = None, also: Callable[[], None] | None = None
+                  ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(cmd, capture_output=True, text=True)`` as a child a stop kills
     with every process below it (a build: pip and the compilers it starts, ``docker
     build``), so that a stop while a thread builds does not wait for the build to end. It
     stays in the kit's process group, so that a terminal's Ctrl-C or hang-up reaches it
-    as it reaches the kit (a Dask worker process's build included)."""
+    as it reaches the kit (a Dask worker process's build included). ``also``: what a stop
+    kills first (a container, ``stoppable``)."""
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=env) as proc, stoppable(proc):
+                          env=env) as proc, stoppable(proc, also):
         out, err = proc.communicate(timeout=timeout)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)

@@ -18,7 +18,7 @@ image (``kit.runtime.docker.ensure_image``), from the committed lock.
 
 A command stopped by Ctrl-C or SIGTERM (``kit.procs``) stops what it runs: a worker the
 stopped thread itself waits on is killed as the stop unwinds through ``_stream``, and
-``stop_running`` kills those other threads wait on; a docker worker's container, named
+``kit.procs.stop_children`` kills those other threads wait on; a docker worker's container, named
 ``kit-<pid>-<random>``, is killed by name, since it outlives its ``docker run`` client.
 A SIGKILLed kit can stop nothing: its containers carry the pid that started them and this
 machine's process space (``kit.parent``, ``kit.host``: the boot id and the pid namespace),
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.errors import BackendUnavailable, KitError, WorkerFailed
-from kit.procs import child_env, stop_children, stoppable
+from kit.procs import child_env, run_stoppable, stoppable
 from kit.runtime.docker import ensure_image
 from kit.runtime.runtimes import Runtime
 from kit.runtime.scratch import SHARED_FILE, scratch, temporary
@@ -224,14 +224,6 @@ def _stop(container: str | None) -> Callable[[], None] | None:
     return None if container is None else lambda: _kill_container(container)
 
 
-def stop_running() -> None:
-    """Kill every worker this process's threads wait on now, and their containers (module
-    docstring), and any a thread starts later, and every environment or image build a
-    thread waits on (``kit.procs.stop_children``): the threads then end with a failed
-    worker or build. For a command that stops (the process ends)."""
-    stop_children()
-
-
 def _stream(cmd: list[str], env: dict[str, str] | None,
             progress: Callable[[str], None] | None) -> tuple[int, str]:
     """Run ``cmd``; hand each ``worker: progress`` line to ``progress`` as it comes and
@@ -282,9 +274,8 @@ def describe_runtime(runtime: Runtime, backend: str | None = None) -> dict[str, 
                "--describe"]
     else:
         cmd = [str(ensure_runtime(runtime.name)), "-I", str(WORKER), "--describe"]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          env=worker_env(chosen)) as proc, stoppable(proc, _stop(container)):
-        out, err = proc.communicate()  # a stop kills it (and its container)
+    proc = run_stoppable(cmd, worker_env(chosen), also=_stop(container))  # and its container
+    out, err = proc.stdout, proc.stderr
     if proc.returncode != 0:
         raise WorkerFailed(f"{runtime.name} worker ({chosen}) --describe failed: "
                            + "\n".join(err.strip().splitlines()[-5:]), err)

@@ -36,7 +36,8 @@ from typing import Any
 
 from kit.errors import KitError
 from kit.heartbeat import stderr_line
-from kit.runtime.backends import reap_orphans, run_jobs, stop_running
+from kit.procs import stop_children
+from kit.runtime.backends import reap_orphans, run_jobs
 from kit.runtime.runtimes import Runtime
 
 CONNECT_TIMEOUT_S = 20
@@ -88,7 +89,7 @@ def _in_threads(batches: Sequence[Batch], run: Callable[..., Any], where: tuple[
     process and waits for it, at most ``count`` at once; a raised error is raised once
     the threads that run end, the batches not started yet never start. Stopped (Ctrl-C,
     SIGTERM), whether while the batches run or while a failed one waits for the others to
-    end, it kills the running workers first (``kit.runtime.backends.stop_running``)."""
+    end, it kills the running workers first (``kit.procs.stop_children``)."""
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     errors: dict[str, str] = {}
@@ -107,7 +108,7 @@ def _in_threads(batches: Sequence[Batch], run: Callable[..., Any], where: tuple[
                 done += 1
                 say(f"batch {done}/{len(batches)} done ({futures[future].label})")
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the running workers stop too
-        stop_running()
+        stop_children()
         raise
     finally:
         # the batches not started never start; the running ones end (waited on through
@@ -116,7 +117,7 @@ def _in_threads(batches: Sequence[Batch], run: Callable[..., Any], where: tuple[
         try:
             wait(futures)
         except KeyboardInterrupt:  # stopped while they end: they end now
-            stop_running()
+            stop_children()
             wait(futures)
             raise
     return errors

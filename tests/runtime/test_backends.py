@@ -253,7 +253,7 @@ def test_describe_reaches_the_daemon_that_docker_host_names(
         def poll(self) -> int:
             return 0
 
-        def communicate(self) -> tuple[str, str]:
+        def communicate(self, timeout: float | None = None) -> tuple[str, str]:
             return json.dumps({"onnxruntime": get_runtime("ref").onnxruntime}), ""
 
     monkeypatch.setattr(backends.subprocess, "Popen", Answered)
@@ -332,9 +332,11 @@ def _bootstrap_pins(pip_list_json: str) -> set[str]:
 
 def _stopped_on_a_thread(target: Callable[[], object], ready: Callable[[], object]) -> float:
     """Run ``target`` on a thread; once ``ready()`` (at most 60 s), stop what the threads
-    wait on (``stop_running``) and return how long the thread then took to end."""
+    wait on (``kit.procs.stop_children``) and return how long the thread then took to end."""
     import threading
     import time
+
+    from kit import procs
 
     thread = threading.Thread(target=target)
     thread.start()
@@ -342,7 +344,7 @@ def _stopped_on_a_thread(target: Callable[[], object], ready: Callable[[], objec
     while not ready() and time.monotonic() < deadline:
         time.sleep(0.05)
     started = time.monotonic()
-    backends.stop_running()
+    procs.stop_children()
     thread.join(timeout=30)
     assert not thread.is_alive()
     return time.monotonic() - started
@@ -420,8 +422,8 @@ def test_a_stop_kills_a_describe_query_a_thread_waits_on(
 def test_a_stop_kills_the_workers_threads_wait_on_and_any_started_after(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C or SIGTERM lands in the main thread while other threads wait on workers
-    (``kit.runtime.scale``): ``stop_running`` kills them, so the threads end at once, and a
-    worker a thread starts after the stop is killed as it starts."""
+    (``kit.runtime.scale``): ``kit.procs.stop_children`` kills them, so the threads end at
+    once, and a worker a thread starts after the stop is killed as it starts."""
     import threading
     import time
 
